@@ -1,0 +1,45 @@
+"""The generation interface every model sits behind: a policy, a teacher, a judge, a user simulator.
+
+Prompts are chat conversations (lists of OpenAI-style messages); the engine renders them with the
+chat template, samples ``n`` completions each and returns, per completion, the exact token ids it
+sampled, the sampler's log-probs of those tokens and why it stopped. Keeping the sampled ids (not
+re-encoding the decoded text) is what makes the trainer's log-probs comparable to the sampler's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, Sequence
+
+Message = dict[str, Any]
+FinishReason = Literal["stop", "length"]
+
+
+@dataclass
+class SamplingParams:
+    max_new_tokens: int = 256
+    temperature: float = 1.0  # 0 → greedy
+    top_p: float = 1.0
+    n: int = 1
+    seed: int | None = None
+    reasoning: bool = True  # False renders the reasoning-off generation prompt
+
+
+@dataclass
+class Completion:
+    text: str
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish_reason: FinishReason = "stop"
+    prompt_ids: list[int] = field(default_factory=list)
+
+
+class Generator(Protocol):
+    def generate(
+        self,
+        prompts: Sequence[Sequence[Message]],
+        params: SamplingParams,
+        tools: Sequence[Sequence[dict[str, Any]] | None] | None = None,
+    ) -> list[list[Completion]]:
+        """``n`` completions per prompt, in prompt order. ``tools[i]`` are prompt i's tools."""
+        ...
