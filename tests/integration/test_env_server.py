@@ -1,0 +1,494 @@
+"""The environment resource server over real HTTP on 127.0.0.1, and its client.
+
+Two small environments are defined here (test stand-ins, so the contract is tested on its own):
+``AddEnv`` (single-turn: "What is a + b?") and ``CounterEnv`` (multi-turn tool use: ``add`` and
+``total`` tools over a running sum, verified by replaying the transcript's calls). Each is served
+by uvicorn in a background thread on a free port for the module and stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import socket
+
+import httpx
+import pytest
+
+from posttrain.envs.base import Environment, Episode, StepResult, Task, VerifyResult, final_answer_text
+from posttrain.envs.remote import RemoteEnvironment, build_verify_body, make_remote
+from posttrain.envs.server import (
+    SESSION_HEADER,
+    add_arguments,
+    conversation_after_prompt,
+    create_app,
+    items_to_messages,
+    messages_to_items,
+    parse_env_args,
+    running_server,
+    task_to_row,
+)
+from posttrain.models.chat_template import ToolCallParseError, _arguments_of, parse_assistant
+from posttrain.rollout.openai_compat import RemoteCallError
+
+# --------------------------------------------------------------------------- stand-in environments
+
+ANSWER_RE = re.compile(r"Answer:\s*(-?\d+)\s*$")
+
+
+class AddEnv(Environment):
+    name = "test_add"
+    domain = "math"
+
+    def tasks(self, split="train", n=None, seed=0):
+        offset = 0 if split == "train" else 10_000  # disjoint id ranges per split
+        out = []
+        for i in range(n if n is not None else 20):
+            a, b = (seed * 31 + i * 7) % 50, (seed * 17 + i * 3) % 40
+            prompt = f"What is {a} + {b}? Put your final answer after 'Answer:'."
+            out.append(Task(f"add-{offset + seed * 1000 + i}", "math", [{"role": "user", "content": prompt}], a + b))
+        return out
+
+    def verify(self, task, messages):
+        if task.ground_truth == "boom":
+            raise ValueError("ground truth is not a number")
+        m = ANSWER_RE.search(final_answer_text(messages))
+        if m is None:
+            return VerifyResult(0.0, {"correct": 0.0}, "no_answer")
+        ok = int(m.group(1)) == task.ground_truth
+        return VerifyResult(float(ok), {"correct": float(ok)}, "correct" if ok else "wrong")
+
+
+COUNTER_TOOLS = [
+    {"type": "function", "function": {"name": "add", "description": "Add to the total",
+                                      "parameters": {"type": "object", "properties": {"amount": {"type": "integer"}}}}},
+    {"type": "function", "function": {"name": "total", "description": "Read the total",
+                                      "parameters": {"type": "object", "properties": {}}}},
+]
+
+
+def _calls(message):
+    if message.get("tool_calls"):
+        return [(c.get("function", c)["name"], _arguments_of(c)) for c in message["tool_calls"]]
+    return [(c.name, c.arguments) for c in parse_assistant(message.get("content") or "").tool_calls]
+
+
+def _run_call(state, name, args):
+    if name == "add" and isinstance(args.get("amount"), int):
+        state["total"] += args["amount"]
+        return {"total": state["total"]}, None
+    if name == "total":
+        return {"total": state["total"]}, None
+    return {"error": "bad_call"}, "bad_call"
+
+
+class CounterEpisode(Episode):
+    def __init__(self, task):
+        super().__init__(task)
+        self.state = {"total": 0}
+
+    def step(self, assistant_message):
+        try:
+            calls = _calls(assistant_message)
+        except ToolCallParseError as e:
+            self.count(e.reason)
+            return StepResult([{"role": "tool", "content": json.dumps({"error": e.reason})}], False)
+        if not calls:
+            return StepResult([], True)
+        obs = []
+        for name, args in calls:
+            out, err = _run_call(self.state, name, args)
+            if err:
+                self.count(err)
+            obs.append({"role": "tool", "name": name, "content": json.dumps(out)})
+        return StepResult(obs, False, {"total": self.state["total"]})
+
+
+class CounterEnv(Environment):
+    name = "test_counter"
+    domain = "tools"
+    multi_turn = True
+
+    def tasks(self, split="train", n=None, seed=0):
+        base = 0 if split == "train" else 500
+        return [
+            Task(f"counter-{base + i}", "tools",
+                 [{"role": "system", "content": "Use the tools."}, {"role": "user", "content": f"Make the total {base + i + 1}."}],
+                 ground_truth=base + i + 1, tools=COUNTER_TOOLS)
+            for i in range(n if n is not None else 5)
+        ]
+
+    def verify(self, task, messages):
+        state = {"total": 0}
+        for m in messages:
+            if m.get("role") == "assistant":
+                try:
+                    for name, args in _calls(m):
+                        _run_call(state, name, args)
+                except ToolCallParseError:
+                    pass
+        ok = state["total"] == task.ground_truth
+        return VerifyResult(float(ok), {"state_match": float(ok)}, "state_match" if ok else "state_mismatch")
+
+    def start_episode(self, task):
+        return CounterEpisode(task)
+
+
+@pytest.fixture(scope="module")
+def add_server():
+    env = AddEnv()
+    with running_server(create_app(env)) as url:
+        yield env, url
+
+
+@pytest.fixture(scope="module")
+def counter_server():
+    env = CounterEnv()
+    with running_server(create_app(env)) as url:
+        yield env, url
+
+
+_HTTP = httpx.Client(timeout=30)  # one client: building one per request costs ~50 ms (SSL context)
+
+
+def post(url, **kwargs):
+    """A cookie-less POST (the shared client must not carry one test's session cookie to another)."""
+    try:
+        return _HTTP.post(url, **kwargs)
+    finally:
+        _HTTP.cookies.clear()
+
+
+def get(url, **kwargs):
+    return _HTTP.get(url, **kwargs)
+
+
+def call(name, **args):
+    return {"type": "function", "function": {"name": name, "arguments": args}}
+
+
+# --------------------------------------------------------------------------- conversion (pure)
+
+CONVERSATION = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "Make it 5."},
+    {"role": "assistant", "content": "", "reasoning_content": "two calls",
+     "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "add", "arguments": {"amount": 2}}},
+                    {"id": "c2", "type": "function", "function": {"name": "add", "arguments": {"amount": 3}}}]},
+    {"role": "tool", "content": '{"total": 2}', "tool_call_id": "c1", "name": "add"},
+    {"role": "tool", "content": '{"total": 5}', "tool_call_id": "c2", "name": "add"},
+    {"role": "assistant", "content": "Done: 5."},
+    {"role": "user", "content": "Thanks"},
+    {"role": "assistant", "content": "<think>\nok\n</think>\nYou're welcome."},
+]
+
+
+def test_messages_items_round_trip():
+    items = messages_to_items(CONVERSATION)
+    assert [i["type"] for i in items] == [
+        "message", "message", "reasoning", "function_call", "function_call",
+        "function_call_output", "function_call_output", "message", "message", "message",
+    ]
+    assert items[3] == {"type": "function_call", "call_id": "c1", "name": "add", "arguments": '{"amount": 2}'}
+    assert items[7]["content"] == [{"type": "output_text", "text": "Done: 5.", "annotations": []}]
+    assert items_to_messages(items) == CONVERSATION
+
+
+def test_items_to_messages_reads_responses_api_shapes():
+    items = [
+        {"role": "user", "content": [{"type": "input_text", "text": "hi"}]},  # EasyInputMessage
+        {"type": "reasoning", "id": "r1", "summary": [{"type": "summary_text", "text": "a"}, {"type": "summary_text", "text": "b"}]},
+        {"type": "message", "role": "assistant", "id": "m1", "status": "completed",
+         "content": [{"type": "output_text", "text": "x", "annotations": []}]},
+        {"type": "function_call", "call_id": "k", "name": "f", "arguments": "{not json", "id": "fc1"},
+        {"type": "function_call_output", "call_id": "k", "output": {"ok": True}},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "y"}]},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "z"}]},
+    ]
+    assert items_to_messages(items) == [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "x", "reasoning_content": "ab",
+         "tool_calls": [{"id": "k", "type": "function", "function": {"name": "f", "arguments": "{not json"}}]},
+        {"role": "tool", "content": '{"ok": true}', "tool_call_id": "k", "name": "f"},
+        {"role": "assistant", "content": "y"},
+        {"role": "assistant", "content": "z"},
+    ]
+
+
+@pytest.mark.parametrize(
+    "items, match",
+    [
+        (["text"], "item 0: expected an object"),
+        ([{"type": "image"}], "unsupported item type 'image'"),
+        ([{"type": "function_call", "call_id": "a", "arguments": "{}"}], "needs a string 'name'"),
+        ([{"type": "function_call", "name": "f", "arguments": "{}"}], "needs a string 'call_id'"),
+        ([{"type": "function_call", "name": "f", "call_id": "a", "arguments": 5}], "arguments: expected a JSON string"),
+        ([{"type": "message", "role": "robot", "content": "x"}], "unknown message role 'robot'"),
+        ([{"type": "message", "role": "user", "content": [{"type": "input_image"}]}], "content\\[0\\]"),
+        ([{"type": "function_call_output", "output": "x"}], "needs a string 'call_id'"),
+    ],
+)
+def test_items_to_messages_rejects_malformed_items(items, match):
+    with pytest.raises(ValueError, match=match):
+        items_to_messages(items)
+
+
+def test_verify_body_splits_at_the_models_part():
+    task = CounterEnv().tasks("train", 1)[0]
+    after = CONVERSATION[1:]  # task prompt is system + user; drop our system, keep the rest
+    after = after[1:]
+    body = build_verify_body(task, after)
+    # input = prompt + the conversation up to the last user message; output = the reply to it
+    assert items_to_messages(body["response"]["output"]) == [CONVERSATION[-1]]
+    assert body["responses_create_params"]["metadata"] == {"task_id": task.id}
+    assert body["responses_create_params"]["tools"][0]["name"] == "add"
+    got = conversation_after_prompt(task, body["responses_create_params"]["input"], body["response"]["output"])
+    assert got == after
+
+
+def test_task_rows_and_env_args():
+    task = CounterEnv().tasks("train", 1)[0]
+    row = task_to_row(task)
+    assert row["task"] == task.to_dict()
+    assert items_to_messages(row["responses_create_params"]["input"]) == task.messages
+    assert parse_env_args(["n=5", "name=x", "flags=[1, 2]", "s=\"7\""]) == {"n": 5, "name": "x", "flags": [1, 2], "s": "7"}
+    with pytest.raises(ValueError, match="expected key=value"):
+        parse_env_args(["oops"])
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["math", "--port", "9001", "--env-arg", "k=1"])
+    assert (args.name, args.host, args.port, args.env_arg) == ("math", "127.0.0.1", 9001, ["k=1"])
+
+
+# --------------------------------------------------------------------------- single-turn over HTTP
+
+
+def answers_for(task):
+    gt = task.ground_truth
+    return [
+        f"Answer: {gt}",
+        f"<think>\nadd them\n</think>\nAnswer: {gt}",
+        f"Answer: {gt + 1}",
+        "I don't know",
+        "",
+        f"<think>\nAnswer: {gt}",  # truncated inside reasoning: nothing to grade
+    ]
+
+
+def test_remote_matches_in_process(add_server):
+    env, url = add_server
+    remote = make_remote(url)
+    assert (remote.name, remote.domain, remote.multi_turn) == ("test_add", "math", False)
+    tasks = remote.tasks("validation", n=4, seed=2)
+    assert tasks == env.tasks("validation", n=4, seed=2)
+    assert not {t.id for t in tasks} & {t.id for t in remote.tasks("train", n=4, seed=2)}
+    rewards = []
+    for task in tasks:
+        for text in answers_for(task):
+            messages = [{"role": "assistant", "content": text}]
+            expected = env.verify(task, messages)
+            assert remote.verify(task, messages) == expected
+            rewards.append(expected.reward)
+    assert 0 < sum(rewards) < len(rewards)  # both correct and wrong answers were graded
+    with pytest.raises(TypeError, match="single-turn"):
+        remote.start_episode(tasks[0])
+    remote.close()
+
+
+def test_verify_echoes_the_body_with_reward(add_server):
+    env, url = add_server
+    task = env.tasks("train", 1)[0]
+    body = build_verify_body(task, [{"role": "assistant", "content": f"Answer: {task.ground_truth}"}])
+    body["extra_row_field"] = {"kept": True}  # NeMo Gym rows carry their own fields through verify
+    out = post(f"{url}/verify", json=body).json()
+    assert (out["reward"], out["reward_components"], out["reason"]) == (1.0, {"correct": 1.0}, "correct")
+    assert out["extra_row_field"] == {"kept": True} and out["response"] == body["response"]
+    # A task the server handed out can be named by id instead of sent whole.
+    get(f"{url}/tasks", params={"n": 1})
+    del body["task"]
+    assert post(f"{url}/verify", json=body).json()["reward"] == 1.0
+
+
+def test_fifty_concurrent_verify_requests(add_server):
+    env, url = add_server
+    tasks = env.tasks("train", 50, seed=5)
+    bodies = [
+        build_verify_body(t, [{"role": "assistant", "content": f"Answer: {t.ground_truth + (i % 2)}"}])
+        for i, t in enumerate(tasks)
+    ]
+
+    async def go():
+        async with httpx.AsyncClient(timeout=30) as client:
+            return await asyncio.gather(*(client.post(f"{url}/verify", json=b) for b in bodies))
+
+    responses = asyncio.run(go())
+    assert [r.status_code for r in responses] == [200] * 50
+    assert [r.json()["reward"] for r in responses] == [float(i % 2 == 0) for i in range(50)]
+
+
+def test_malformed_requests_get_4xx(add_server, counter_server):
+    _, url = add_server
+    _, curl = counter_server
+    task = AddEnv().tasks("train", 1)[0].to_dict()
+    good = build_verify_body(Task.from_dict(task), [{"role": "assistant", "content": "Answer: 1"}])
+    bad_bodies = [
+        {},
+        {"responses_create_params": {}, "task": task},  # no response
+        {**good, "response": {"output": "text"}},
+        {**good, "response": {"output": [{"type": "image"}]}},
+        {**good, "response": {"output": [{"type": "function_call", "arguments": "{}", "call_id": "x"}]}},
+        {**good, "task": {**task, "surprise": 1}},
+        {**good, "task": {"id": "x"}},
+        {k: v for k, v in good.items() if k != "task"} | {"task_id": "never-served"},
+        {k: v for k, v in good.items() if k != "task"} | {"responses_create_params": {"input": []}},
+    ]
+    for body in bad_bodies:
+        r = post(f"{url}/verify", json=body)
+        assert 400 <= r.status_code < 500, (body, r.status_code, r.text)
+        assert "detail" in r.json()
+    r = post(f"{url}/verify", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 422
+    for params in ({"split": "test"}, {"n": -1}, {"seed": "x"}, {"format": "csv"}):
+        assert get(f"{url}/tasks", params=params).status_code == 422
+    assert post(f"{url}/step", json={"resources_session_id": "nope", "message": {"role": "assistant"}}).status_code == 404
+    assert post(f"{url}/step", json={"message": {}}).status_code == 422
+    assert post(f"{url}/add", json={"amount": 1}).status_code == 400  # no session
+    assert post(f"{curl}/seed_session", json={}).status_code == 422  # a tool env needs a task
+    sid = post(f"{curl}/seed_session", json={"task": CounterEnv().tasks("train", 1)[0].to_dict()}).json()["resources_session_id"]
+    assert post(f"{curl}/step", json={"resources_session_id": sid, "message": {"role": "user"}}).status_code == 422
+    assert post(f"{curl}/add", json=[1], headers={SESSION_HEADER: sid}).status_code == 422
+
+
+def test_environment_crash_is_a_500_with_a_message(add_server):
+    _, url = add_server
+    task = Task("boom-1", "math", [{"role": "user", "content": "?"}], ground_truth="boom")
+    r = post(f"{url}/verify", json=build_verify_body(task, [{"role": "assistant", "content": "Answer: 1"}]))
+    assert r.status_code == 500
+    assert r.json() == {"detail": "Environment.verify failed: ValueError: ground truth is not a number"}
+
+
+def test_single_turn_seed_session_is_accepted_like_nemo_gym(add_server):
+    env, url = add_server
+    row = task_to_row(env.tasks("train", 1)[0])
+    with httpx.Client() as client:
+        r = client.post(f"{url}/seed_session", json=row)
+        assert r.status_code == 200 and r.json()["tools"] == []
+        assert client.post(f"{url}/add", json={"amount": 1}).status_code == 400  # no episode to run tools in
+
+
+def test_unreachable_server_names_the_url():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+        with pytest.raises(RemoteCallError, match=rf"GET {url}/health failed after 2 attempts"):
+            RemoteEnvironment(url, max_retries=1, backoff_s=0.0)
+
+
+# --------------------------------------------------------------------------- tool sessions over HTTP
+
+
+def test_remote_episode_matches_in_process(counter_server):
+    env, url = counter_server
+    remote = make_remote(url)
+    assert remote.multi_turn
+    task = remote.tasks("validation", 2)[1]
+    assert task == env.tasks("validation", 2)[1]
+    turns = [
+        {"role": "assistant", "content": "", "tool_calls": [call("add", amount=500), call("add", amount=2)]},
+        {"role": "assistant", "content": "<tool_call>\n<function=total>\n</function>\n</tool_call>"},
+        {"role": "assistant", "content": "<tool_call>\n<function=add>"},  # malformed: counted, not raised
+        {"role": "assistant", "content": "", "tool_calls": [call("add", amount="lots")]},
+        {"role": "assistant", "content": "The total is 502."},
+    ]
+    local_ep, remote_ep = env.start_episode(task), remote.start_episode(task)
+    transcript = []
+    for turn in turns:
+        expected, got = local_ep.step(turn), remote_ep.step(turn)
+        assert got == expected
+        transcript += [turn, *got.observations]
+    assert got.done and remote_ep.stats == local_ep.stats == {"unbalanced_tool_call_tags": 1, "bad_call": 1}
+    assert remote.verify(task, transcript) == env.verify(task, transcript)
+    assert remote.verify(task, transcript).reward == 1.0
+    assert remote.verify(task, transcript[2:]).reward == 0.0  # without the first adds
+    remote_ep.close()
+    remote_ep.close()  # safe twice
+    with pytest.raises(RemoteCallError, match="HTTP 404"):
+        remote_ep.step(turns[0])
+
+
+def test_nemo_gym_style_tool_calls_with_session_cookie(counter_server):
+    env, url = counter_server
+    row = task_to_row(env.tasks("train", 1)[0])
+    with httpx.Client(base_url=url) as client:  # keeps the session cookie, as a NeMo Gym agent does
+        seeded = client.post("/seed_session", json=row).json()
+        assert [t["name"] for t in seeded["tools"]] == ["add", "total"]
+        assert client.post("/add", json={"amount": 4}).json()["output"] == '{"total": 4}'
+        out = client.post("/total", json={}).json()
+        assert (out["output"], out["done"]) == ('{"total": 4}', False)
+        assert client.post("/nope", json={}).json()["output"] == '{"error": "bad_call"}'
+        closed = client.post("/close_session", json={"resources_session_id": seeded["resources_session_id"]}).json()
+        assert closed["closed"] is True
+        assert client.post("/total", json={}).status_code == 404
+        assert client.get("/health").json()["sessions"] >= 0
+
+
+def test_sessions_are_isolated(counter_server):
+    env, url = counter_server
+    task = env.tasks("train", 1)[0]
+    a = post(f"{url}/seed_session", json={"task": task.to_dict(), "resources_session_id": "a-1"}).json()
+    b = post(f"{url}/seed_session", json={"task": task.to_dict()}).json()
+    assert a["resources_session_id"] == "a-1" and b["resources_session_id"] != "a-1"
+    post(f"{url}/add", json={"amount": 3}, headers={SESSION_HEADER: "a-1"})
+    assert post(f"{url}/total", json={}, headers={SESSION_HEADER: b["resources_session_id"]}).json()["output"] == '{"total": 0}'
+    assert post(f"{url}/total", json={}, headers={SESSION_HEADER: "a-1"}).json()["output"] == '{"total": 3}'
+
+
+# --------------------------------------------------------------------------- the real workplace env
+
+
+@pytest.fixture(scope="module")
+def workplace_server():
+    import posttrain.envs.workplace  # noqa: F401  (registers "workplace" even before envs/__init__ lists it)
+    from posttrain.envs.base import make_env
+
+    env = make_env("workplace")
+    with running_server(create_app(env)) as url:
+        yield env, url
+
+
+def test_workplace_session_round_trip(workplace_server):
+    from posttrain.envs.tools import calls_message
+
+    env, url = workplace_server
+    remote = make_remote(url)
+    assert (remote.name, remote.multi_turn) == ("workplace", True)
+    tasks = remote.tasks("validation", n=3)
+    assert tasks == env.tasks("validation", n=3)
+    task = next(t for t in tasks if t.ground_truth["reference_calls"])
+    final = "Done." + (f" Answer: {task.ground_truth['answer']}" if task.ground_truth.get("answer") else "")
+    good = [calls_message(task.ground_truth["reference_calls"]), {"role": "assistant", "content": final}]
+    bad = [calls_message([{"name": "no_such_tool", "arguments": {}}]), {"role": "assistant", "content": "Done."}]
+    for turns, reward in ((good, 1.0), (bad, 0.0)):
+        local_ep, remote_ep = env.start_episode(task), remote.start_episode(task)
+        transcript = []
+        for turn in turns:
+            expected, got = local_ep.step(turn), remote_ep.step(turn)
+            assert got == expected
+            transcript += [turn, *got.observations]
+        assert got.done and remote_ep.stats == local_ep.stats
+        local_ep.close()
+        remote_ep.close()
+        expected = env.verify(task, transcript)
+        assert remote.verify(task, transcript) == expected and expected.reward == reward
+    assert local_ep.stats.get("error:unknown_tool") == 1
+
+    # The same first call through NeMo Gym's per-tool endpoint, session in a cookie.
+    first = task.ground_truth["reference_calls"][0]
+    local_ep = env.start_episode(task)
+    local_obs = local_ep.step(calls_message([first])).observations[0]["content"]
+    local_ep.close()
+    with httpx.Client(base_url=url) as client:
+        client.post("/seed_session", json=task_to_row(task)).raise_for_status()
+        assert client.post(f"/{first['name']}", json=first["arguments"]).json()["output"] == local_obs
