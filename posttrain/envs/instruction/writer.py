@@ -20,7 +20,6 @@ prose), so it is a stand-in for earlier turns, not a model of good answers.
 from __future__ import annotations
 
 import json
-import random
 from dataclasses import dataclass, field
 from typing import Sequence
 
