@@ -1,0 +1,85 @@
+"""The ``posttrain`` command: one subcommand per stage.
+
+Each subcommand lives in its own module exposing ``add_arguments(parser)`` and ``run(args) -> int``.
+Only the chosen subcommand's module is imported, after argument parsing has picked it, so
+``posttrain --help`` stays instant (no torch / transformers import).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name → (module, one-line help). Order is the order shown in --help.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "setup": ("posttrain.commands.setup", "convert the embedded model once and check the install"),
+    "pipeline": ("posttrain.pipeline", "run the whole recipe on the embedded model and report what it achieved"),
+    "sft": ("posttrain.train.sft", "supervised fine-tuning on conversation JSONL (packing, WSD, LoRA, resume)"),
+    "make-data": ("posttrain.data.synthetic", "write a generated SFT dataset (e.g. arithmetic with short reasoning)"),
+    "eval": ("posttrain.eval.run", "evaluate a model on environments: accuracy, avg@k, pass@k"),
+    "envs": ("posttrain.commands.envs", "list environments or print sample tasks"),
+    "serve-env": ("posttrain.envs.server", "serve an environment over HTTP (NeMo Gym resource-server contract)"),
+    "chat": ("posttrain.commands.chat", "render a conversation with the chat template, or chat with a model"),
+}
+
+EPILOG = """\
+examples:
+  posttrain pipeline --quick             # the whole recipe, small, on the embedded model
+  posttrain sft --config recipes/sft.yaml optim.lr=1e-4 train.steps=50
+  posttrain eval --env math --model embedded --n 50 --k 4
+  posttrain serve-env math --port 8000
+Run `posttrain COMMAND --help` for a command's options.
+"""
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    parser = argparse.ArgumentParser(
+        prog="posttrain",
+        description="Nemotron-style post-training that runs on a laptop CPU.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers = {}
+    for name, (_, help_) in COMMANDS.items():
+        subparsers[name] = sub.add_parser(name, help=help_, description=help_)
+    return parser, subparsers
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser, subparsers = build_parser()
+    # Parse the command name first; only then import that command's module for its options.
+    first = next((a for a in argv if not a.startswith("-")), None)
+    if first in COMMANDS:
+        module = importlib.import_module(COMMANDS[first][0])
+        module.add_arguments(subparsers[first])
+    args = parser.parse_args(argv)
+    if args.version:
+        from posttrain import __version__
+
+        print(__version__)
+        return 0
+    if not args.command:
+        parser.print_help()
+        return 0
+    module = importlib.import_module(COMMANDS[args.command][0])
+    try:
+        return int(module.run(args) or 0)
+    except KeyboardInterrupt:
+        print("\ninterrupted: the last checkpoint (if any) is kept; re-run the same command to resume",
+              file=sys.stderr)
+        return 130
+    except Exception as e:  # user-facing errors get one clear line, not a traceback
+        from posttrain.errors import UserError
+
+        if isinstance(e, UserError):
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())
