@@ -1,0 +1,5 @@
+"""Workplace assistant environment (RECIPE.md §2.7): see ``env.py`` for the design."""
+
+from posttrain.envs.workplace.env import WorkplaceEnv
+
+__all__ = ["WorkplaceEnv"]
