@@ -1,2 +1,4 @@
 from posttrain.envs import instruction  # noqa: F401
 from posttrain.envs import longctx  # noqa: F401
+from posttrain.envs import workplace  # noqa: F401
+from posttrain.envs import banking  # noqa: F401

@@ -1,0 +1,5 @@
+"""Banking customer-service environment with a simulated user (RECIPE.md §2.7): see ``env.py``."""
+
+from posttrain.envs.banking.env import BankingEnv
+
+__all__ = ["BankingEnv"]
