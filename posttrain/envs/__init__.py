@@ -2,3 +2,4 @@ from posttrain.envs import instruction  # noqa: F401
 from posttrain.envs import longctx  # noqa: F401
 from posttrain.envs import workplace  # noqa: F401
 from posttrain.envs import banking  # noqa: F401
+from posttrain.envs import code_env  # noqa: F401

@@ -1,0 +1,211 @@
+"""The ``code`` environment: write a Python function; reward = fraction of unit tests passed.
+
+Tasks come from the offline task families in ``code_tasks.py`` (spec + signature + reference
+implementation + input generator); the tests compare the candidate's output with the reference
+output on generated inputs, at most 50 per task (RECIPE.md §2, competition code).
+
+Grading a rollout:
+
+1. ``extract_code``: the last ```python fenced block of the final answer (reasoning is never
+   graded); failing that the last untagged fenced block; failing that the whole answer if it
+   parses as Python. No code, or code that does not parse -> reward 0 with the reason.
+2. The sandbox (``sandbox.py``) defines the code once in a contained process and calls the entry
+   function on every test input, each call under its own timer; it returns the outputs.
+3. ``grade`` compares each output with the expected one on the host (``outputs_match``: tuples
+   and lists are the same sequence, floats are compared with a tolerance, bools are not ints), so
+   expected outputs never enter the sandbox.
+
+``verify`` is stateless and thread-safe: callers may verify from many threads at once; the shared
+sandbox runs at most one process per core and queues the rest.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import re
+from typing import Any
+
+from posttrain.envs import code_tasks
+from posttrain.envs.base import ENVIRONMENTS, Environment, Message, Split, Task, VerifyResult
+from posttrain.envs.base import final_answer_text
+from posttrain.envs.sandbox import CallsResult, Limits, Sandbox, Status, default_sandbox
+
+FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.S)
+PYTHON_TAGS = {"python", "py", "python3"}
+
+INSTRUCTIONS = (
+    "Reply with the complete function (with any imports it needs) in one ```python code block. "
+    "Use only the Python standard library; the function must return its result, not print it."
+)
+
+# Per task: each call gets CALL_TIMEOUT_S; the whole process (all tests) gets the limits below.
+CALL_TIMEOUT_S = 1.0
+TASK_LIMITS = Limits(wall_s=6.0, cpu_s=6.0, memory_bytes=512 << 20)
+
+
+def extract_code(text: str) -> tuple[str | None, str]:
+    """The code to grade and, when there is none, why. Pure."""
+    blocks = FENCE.findall(text or "")
+    tagged = [body for tag, body in blocks if tag.lower() in PYTHON_TAGS]
+    untagged = [body for tag, body in blocks if not tag]
+    if tagged:
+        code = tagged[-1]
+    elif untagged:
+        code = untagged[-1]
+    elif blocks:
+        return None, f"no python code block (only ```{blocks[-1][0]} blocks)"
+    else:
+        code = text or ""
+        if not code.strip():
+            return None, "no code in the answer"
+        if _syntax_error(code):
+            return None, "no ```python code block, and the answer is not Python code"
+    if not code.strip():
+        return None, "empty code block"
+    error = _syntax_error(code)
+    if error:
+        return None, f"syntax error: {error}"
+    return code, ""
+
+
+def _syntax_error(code: str) -> str:
+    try:
+        ast.parse(code)
+    except SyntaxError as e:
+        return f"line {e.lineno}: {e.msg}"
+    except (ValueError, RecursionError, MemoryError) as e:  # null bytes, absurd nesting
+        return f"{type(e).__name__}: {e}"
+    return ""
+
+
+def outputs_match(expected: Any, got: Any, rel_tol: float = 1e-6) -> bool:
+    """Whether a candidate output equals the reference output (JSON form). Pure.
+
+    Tuples equal lists (the reference's JSON form has no tuples); floats match within
+    ``rel_tol`` (and ints match equal floats); bools match only bools, so ``1`` is not ``True``.
+    """
+    if isinstance(expected, bool) or isinstance(got, bool):
+        return type(expected) is type(got) and expected == got
+    if isinstance(expected, (int, float)) and isinstance(got, (int, float)):
+        if isinstance(expected, int) and isinstance(got, int):
+            return expected == got
+        return math.isclose(expected, got, rel_tol=rel_tol, abs_tol=rel_tol)
+    if isinstance(expected, list) and isinstance(got, (list, tuple)):
+        return len(expected) == len(got) and all(map(outputs_match, expected, got))
+    if isinstance(expected, dict) and isinstance(got, dict):
+        return expected.keys() == got.keys() and all(
+            outputs_match(expected[k], got[k]) for k in expected)
+    return type(expected) is type(got) and expected == got
+
+
+def grade(result: CallsResult, expected: list[Any]) -> VerifyResult:
+    """Reward = fraction of tests whose output matches; the reason names the first failure."""
+    n = len(expected)
+    components = {"tests_passed": 0.0, "tests_total": float(n)}
+    if result.exec.status is Status.SANDBOX_ERROR:
+        return VerifyResult(0.0, components, f"sandbox_error: {result.exec.reason}")
+    if result.load_error:
+        return VerifyResult(0.0, components, f"solution failed to load: {result.load_error}")
+    passed, first_failure = 0, ""
+    for i, (outcome, want) in enumerate(zip(result.outcomes, expected)):
+        if outcome.kind == "ok" and outputs_match(want, outcome.value):
+            passed += 1
+        elif not first_failure:
+            got = repr(outcome.value)[:60] if outcome.kind == "ok" else outcome.detail[:120]
+            what = "wrong answer" if outcome.kind == "ok" else outcome.kind
+            first_failure = f"; first failure: test {i} {what}: {got}"
+    components["tests_passed"] = float(passed)
+    reason = f"passed {passed}/{n} tests{first_failure}"
+    if result.exec.status is not Status.OK:
+        reason += f" ({result.exec.status.value}: {result.exec.reason})"
+    return VerifyResult(passed / n if n else 0.0, components, reason)
+
+
+def pick_examples(problem: code_tasks.CodeProblem, k: int) -> list[int]:
+    """Indices of tests to show: the last edge case, then random tests, skipping any whose
+    expected output repeats one already shown (two examples that both return [] teach little)."""
+    n_edges = len(problem.family.edges(problem.params))
+    order = [i for i in range(max(n_edges - 1, 0), len(problem.inputs))]
+    picked: list[int] = []
+    for i in order:
+        if all(problem.expected[i] != problem.expected[j] for j in picked):
+            picked.append(i)
+        if len(picked) == k:
+            break
+    return picked
+
+
+def render_prompt(problem: code_tasks.CodeProblem, n_examples: int = 2) -> str:
+    """The user message: signature, spec, two worked examples, and the answer format."""
+    fam = problem.family
+    picks = pick_examples(problem, n_examples)
+    examples = "\n".join(
+        f"    {fam.entry}({', '.join(map(repr, problem.inputs[i]))}) == {problem.expected[i]!r}"
+        for i in picks)
+    return (f"Write a Python function with this signature:\n\n    {fam.signature}\n\n"
+            f"{problem.spec}\n\nExamples:\n{examples}\n\n{INSTRUCTIONS}")
+
+
+def problem_to_task(problem: code_tasks.CodeProblem) -> Task:
+    return Task(
+        id=problem.task_id,
+        domain="code",
+        messages=[{"role": "user", "content": render_prompt(problem)}],
+        ground_truth={"entry": problem.family.entry, "inputs": problem.inputs,
+                      "expected": problem.expected},
+        metadata={"family": problem.family.name, "difficulty": problem.family.difficulty,
+                  "params": problem.params, "reference": problem.family.reference.__name__},
+    )
+
+
+def lookup_table_solution(task: Task) -> str:
+    """Source that passes every test of ``task`` by looking the answers up: a stand-in for a
+    correct solution in tests and benchmarks (the reference code lives in the repository, which
+    the sandbox cannot see)."""
+    truth = task.ground_truth
+    table = {repr(args): out for args, out in zip(truth["inputs"], truth["expected"])}
+    return (f"TABLE = {table!r}\n\n"
+            f"def {truth['entry']}(*args):\n    return TABLE[repr(list(args))]\n")
+
+
+@ENVIRONMENTS.register("code")
+class CodeEnv(Environment):
+    name = "code"
+    domain = "code"
+
+    def __init__(
+        self,
+        sandbox: Sandbox | None = None,
+        tests_per_task: int = code_tasks.DEFAULT_TESTS,
+        call_timeout_s: float = CALL_TIMEOUT_S,
+        limits: Limits = TASK_LIMITS,
+    ) -> None:
+        """``sandbox``: defaults to the process-wide shared one (one slot per core)."""
+        if not 1 <= tests_per_task <= code_tasks.MAX_TESTS:
+            raise ValueError(f"tests_per_task must be in [1, {code_tasks.MAX_TESTS}]")
+        self._sandbox = sandbox
+        self.tests_per_task = tests_per_task
+        self.call_timeout_s = call_timeout_s
+        self.limits = limits
+
+    @property
+    def sandbox(self) -> Sandbox:
+        return self._sandbox or default_sandbox()
+
+    def tasks(self, split: Split = "train", n: int | None = None, seed: int = 0) -> list[Task]:
+        if split not in ("train", "validation"):
+            raise ValueError(f"unknown split {split!r}")
+        return [problem_to_task(code_tasks.make_problem(*code_tasks.parse_task_id(tid),
+                                                        n_tests=self.tests_per_task))
+                for tid in code_tasks.task_ids(split, n, seed)]
+
+    def verify(self, task: Task, messages: list[Message]) -> VerifyResult:
+        truth = task.ground_truth
+        components = {"tests_passed": 0.0, "tests_total": float(len(truth["expected"]))}
+        code, why = extract_code(final_answer_text(messages))
+        if code is None:
+            return VerifyResult(0.0, components, why)
+        result = self.sandbox.run_calls(code, truth["entry"], truth["inputs"],
+                                        call_timeout_s=self.call_timeout_s, limits=self.limits)
+        return grade(result, truth["expected"])
