@@ -1,0 +1,246 @@
+"""Losses: pure functions of per-token tensors; none knows which stage called it.
+
+The trainer computes, once per micro-batch, the log-prob its current weights give each target token
+(:func:`token_logprobs`), packs them with the stage's signal into :class:`LossInputs` and calls the
+loss picked by name from :data:`LOSSES`. All losses share that one input type, so the training loop
+is the same for SFT, RLVR, MOPD, RLHF and DPO.
+
+``pg`` — token-level clipped policy gradient (PPO/GRPO surrogate with DAPO's choices)::
+
+    r_t   = exp(log π_θ(y_t) − log π_old(y_t))                       (trainer vs trainer before the step)
+    obj_t = min(r_t·A_t, clip(r_t, 1−ε_low, 1+ε_high)·A_t)            ("clip-higher": ε_high > ε_low)
+    ρ_t   = exp(log π_old(y_t) − log π_sampler(y_t))                 (trainer vs inference engine)
+    w_t   = ρ_t · 1[low ≤ ρ_t ≤ high]                                 (masked importance sampling)
+    loss  = Σ_t m_t·(−w_t·obj_t + β·k3_t) / Σ_t m_t                   (token-level normalisation)
+
+* Clip-higher (DAPO): a larger upper clip lets low-probability tokens with positive advantage grow,
+  which keeps entropy from collapsing.
+* Token-level normalisation (DAPO): every token in the batch weighs the same, so long rollouts are
+  not down-weighted as they are with a per-sequence mean. ``num_tokens`` lets the trainer divide by
+  the whole step's token count when it accumulates gradients over micro-batches.
+* Masked importance sampling: the sampler (vLLM, a bf16 CPU sampler) and the trainer compute
+  slightly different log-probs for the same token, so on-policy data is in fact slightly off-policy.
+  ρ_t reweights each token to the trainer's distribution; tokens whose ρ lies outside ``[low, high]``
+  are dropped (a mismatch that large is a numerical accident, not a signal worth amplifying).
+  ``is_mode="sequence"`` uses the geometric mean of ρ over the rollout's tokens for both the band
+  test and the weight, so a rollout is kept or dropped whole.
+* The advantage may come from any estimator: an outcome advantage broadcast to tokens (GRPO) and a
+  dense teacher−student log-ratio (MOPD) plug in unchanged.
+* k3 KL to a reference (off by default, as in DAPO and the recipe): ``exp(ref−π) − (ref−π) − 1``,
+  an unbiased, always non-negative estimate of KL(π‖ref) from samples of π.
+
+``ce`` — SFT cross-entropy on the mask (the assistant tokens), token-normalised the same way.
+
+``dpo`` — rows come in pairs (chosen at even rows, rejected at odd rows); sequence log-probs are
+sums over the mask; ``loss = −log σ(β·((πc−refc) − (πr−refr)))`` averaged over pairs.
+
+Shape suffixes (see docs/algorithms.md): B rollouts, T token positions, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, cast
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+
+from posttrain.config import StrictModel
+from posttrain.registry import Registry
+
+Tensor = torch.Tensor
+
+
+@dataclass
+class LossInputs:
+    """Everything any loss may need, per token. ``logprobs_BT`` carries the gradient."""
+
+    logprobs_BT: Tensor  # log π_θ of each target token under the current weights
+    mask_BT: Tensor  # 1 where the token receives loss
+    advantages_BT: Tensor | None = None  # pg
+    old_logprobs_BT: Tensor | None = None  # pg: π_old; None means this is the first step on the batch
+    sampler_logprobs_BT: Tensor | None = None  # pg: what the inference engine reported
+    ref_logprobs_BT: Tensor | None = None  # pg with kl_coef > 0, dpo
+    num_tokens: float | None = None  # token-normalisation denominator for the whole step
+
+
+@dataclass
+class LossOutput:
+    loss: Tensor  # scalar, to call .backward() on
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def token_logprobs(logits_BTV: Tensor, targets_BT: Tensor) -> Tensor:
+    """Log-prob of each target token. ``targets_BT`` = −100 gives 0 (an ignored position).
+
+    Uses cross_entropy rather than log_softmax + gather so no B×T×V log-prob tensor is kept.
+    """
+    B, T, V = logits_BTV.shape
+    nll = F.cross_entropy(logits_BTV.reshape(B * T, V).float(), targets_BT.reshape(B * T), reduction="none")
+    return -nll.view(B, T)
+
+
+def _masked_mean(x_BT: Tensor, mask_BT: Tensor) -> float:
+    n = mask_BT.sum()
+    return float((torch.where(mask_BT, x_BT, 0.0).sum() / n.clamp(min=1)).detach())
+
+
+def _denominator(x: LossInputs, mask_BT: Tensor) -> Tensor | float:
+    return x.num_tokens if x.num_tokens is not None else mask_BT.sum().clamp(min=1).to(x.logprobs_BT.dtype)
+
+
+def k3_kl(logprobs_BT: Tensor, ref_logprobs_BT: Tensor) -> Tensor:
+    """Per-token k3 estimate of KL(π‖ref): exp(ref−π) − (ref−π) − 1 (≥ 0, zero when equal)."""
+    d = ref_logprobs_BT.detach() - logprobs_BT
+    return torch.exp(d) - d - 1
+
+
+def importance_weights(
+    old_logprobs_BT: Tensor,
+    sampler_logprobs_BT: Tensor,
+    mask_BT: Tensor,
+    mode: Literal["token", "sequence"],
+    low: float,
+    high: float,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Masked importance sampling between the sampler and the trainer.
+
+    Returns ``(weight_BT, keep_BT, ratio_BT)``: the weight (ρ where kept, else 0), which tokens are
+    kept, and the token-level ρ (for metrics). The band test is done on log ρ so a huge mismatch
+    cannot overflow into inf·0 = NaN.
+    """
+    log_rho_BT = torch.where(mask_BT, old_logprobs_BT.detach() - sampler_logprobs_BT.detach(), 0.0)
+    if mode == "sequence":
+        n_B = mask_BT.sum(dim=1).clamp(min=1)
+        log_w_BT = (log_rho_BT.sum(dim=1) / n_B)[:, None].expand_as(log_rho_BT)  # log geometric mean
+    else:
+        log_w_BT = log_rho_BT
+    log_low = math.log(low) if low > 0 else -math.inf
+    keep_BT = mask_BT & (log_w_BT >= log_low) & (log_w_BT <= math.log(high))
+    weight_BT = torch.where(keep_BT, torch.exp(torch.where(keep_BT, log_w_BT, 0.0)), 0.0)
+    return weight_BT, keep_BT, torch.exp(log_rho_BT)
+
+
+class PolicyGradientLoss(StrictModel):
+    """Clipped token-level policy gradient with masked importance sampling (RLVR, MOPD, RLHF)."""
+
+    clip_low: float = Field(0.2, ge=0, lt=1)
+    """ε_low: the ratio is clipped below at 1 − ε_low (for negative advantages)."""
+    clip_high: float = Field(0.28, ge=0)
+    """ε_high: the ratio is clipped above at 1 + ε_high (DAPO's clip-higher uses 0.28 > 0.2)."""
+    is_mode: Literal["token", "sequence", "none"] = "token"
+    """Masked importance sampling granularity; ``none`` trusts the sampler's log-probs as π_old."""
+    is_low: float = Field(0.5, ge=0, le=1)
+    """Drop tokens (or whole rollouts) whose sampler→trainer ratio is below this."""
+    is_high: float = Field(2.0, ge=1)
+    """… or above this."""
+    kl_coef: float = Field(0.0, ge=0)
+    """β of the k3 KL penalty to ``ref_logprobs_BT``; 0 (off) needs no reference model."""
+
+    def __call__(self, x: LossInputs) -> LossOutput:
+        return policy_gradient_loss(x, self)
+
+
+def policy_gradient_loss(x: LossInputs, cfg: PolicyGradientLoss) -> LossOutput:
+    if x.advantages_BT is None:
+        raise ValueError("the pg loss needs advantages_BT")
+    mask = x.mask_BT.bool()
+    old = x.old_logprobs_BT if x.old_logprobs_BT is not None else x.logprobs_BT.detach()
+    adv = x.advantages_BT.detach().to(x.logprobs_BT.dtype)
+
+    ratio = torch.exp(torch.where(mask, x.logprobs_BT - old.detach(), 0.0))
+    clipped = torch.clamp(ratio, 1 - cfg.clip_low, 1 + cfg.clip_high)
+    objective = torch.minimum(ratio * adv, clipped * adv)
+
+    metrics: dict[str, float] = {}
+    weight: Tensor | float = 1.0
+    if x.sampler_logprobs_BT is not None:
+        abs_err = (old.detach() - x.sampler_logprobs_BT.detach()).abs()
+        metrics["logprob_abs_err"] = _masked_mean(abs_err, mask)
+        if cfg.is_mode != "none":
+            weight, keep, rho = importance_weights(
+                old, x.sampler_logprobs_BT, mask, cfg.is_mode, cfg.is_low, cfg.is_high
+            )
+            metrics["is_masked_frac"] = _masked_mean((~keep).float(), mask)
+            metrics["is_ratio_mean"] = _masked_mean(rho, mask)
+    elif cfg.is_mode != "none":
+        raise ValueError(f"is_mode={cfg.is_mode!r} needs sampler_logprobs_BT (or set is_mode='none')")
+
+    per_token = -weight * objective
+    if cfg.kl_coef > 0:
+        if x.ref_logprobs_BT is None:
+            raise ValueError("kl_coef > 0 needs ref_logprobs_BT")
+        kl = k3_kl(x.logprobs_BT, x.ref_logprobs_BT)
+        per_token = per_token + cfg.kl_coef * kl
+        metrics["kl"] = _masked_mean(kl, mask)
+
+    loss = torch.where(mask, per_token, 0.0).sum() / _denominator(x, mask)
+    clip_active = ((adv > 0) & (ratio > 1 + cfg.clip_high)) | ((adv < 0) & (ratio < 1 - cfg.clip_low))
+    metrics["clip_frac"] = _masked_mean(clip_active.float(), mask)
+    metrics["ratio_mean"] = _masked_mean(ratio, mask)
+    return LossOutput(loss, metrics)
+
+
+class CrossEntropyLoss(StrictModel):
+    """SFT: mean negative log-likelihood over the masked (assistant) tokens."""
+
+    def __call__(self, x: LossInputs) -> LossOutput:
+        return cross_entropy_loss(x)
+
+
+def cross_entropy_loss(x: LossInputs) -> LossOutput:
+    mask = x.mask_BT.bool()
+    loss = -torch.where(mask, x.logprobs_BT, 0.0).sum() / _denominator(x, mask)
+    return LossOutput(loss, {"nll": _masked_mean(-x.logprobs_BT, mask), "tokens": float(mask.sum())})
+
+
+def sequence_logprobs(logprobs_BT: Tensor, mask_BT: Tensor) -> Tensor:
+    """Log-prob of each whole completion: the sum of its masked token log-probs."""
+    return torch.where(mask_BT.bool(), logprobs_BT, 0.0).sum(dim=1)
+
+
+class DPOLoss(StrictModel):
+    """Direct preference optimisation; rows are (chosen, rejected) pairs: 0/1, 2/3, …"""
+
+    beta: float = Field(0.1, gt=0)
+    """Strength of the implicit KL to the reference: larger keeps the policy closer to it."""
+
+    def __call__(self, x: LossInputs) -> LossOutput:
+        return dpo_loss(x, self)
+
+
+def dpo_loss(x: LossInputs, cfg: DPOLoss) -> LossOutput:
+    if x.ref_logprobs_BT is None:
+        raise ValueError("the dpo loss needs ref_logprobs_BT")
+    if x.logprobs_BT.shape[0] % 2:
+        raise ValueError(f"dpo rows come in (chosen, rejected) pairs; got {x.logprobs_BT.shape[0]} rows")
+    policy_B = sequence_logprobs(x.logprobs_BT, x.mask_BT)
+    ref_B = sequence_logprobs(x.ref_logprobs_BT.detach(), x.mask_BT)
+    reward_B = cfg.beta * (policy_B - ref_B)  # DPO's implicit reward of each completion
+    chosen, rejected = reward_B[0::2], reward_B[1::2]
+    margin = chosen - rejected
+    loss = -F.logsigmoid(margin).mean()
+    metrics = {
+        "reward_acc": float((margin > 0).float().mean()),
+        "margin": float(margin.detach().mean()),
+        "chosen_reward": float(chosen.detach().mean()),
+        "rejected_reward": float(rejected.detach().mean()),
+    }
+    return LossOutput(loss, metrics)
+
+
+class Loss(Protocol):
+    def __call__(self, x: LossInputs) -> LossOutput: ...
+
+
+LOSSES: Registry[type[StrictModel]] = Registry("loss")
+LOSSES.register("pg")(PolicyGradientLoss)
+LOSSES.register("ce")(CrossEntropyLoss)
+LOSSES.register("dpo")(DPOLoss)
+
+
+def make_loss(name: str, **config: object) -> Loss:
+    """Build a registered loss from its name and config fields (validated)."""
+    return cast(Loss, LOSSES.get(name).model_validate(config))
