@@ -22,9 +22,9 @@ trainer's log-probs drift from the sampler's. The bias keeps following the obser
 
 :class:`RouterMonitor` is how the trainer sees routing without touching the model code: a context
 manager with forward hooks that record each router's scores (with their graph, so the balancing
-loss can be back-propagated) and top-k choices. Note: with activation checkpointing the recomputed
-forward fires the hooks again; call :meth:`RouterMonitor.clear` accordingly or balance from
-the first pass only.
+loss can be back-propagated) and top-k choices. With activation checkpointing the recomputed
+forward fires the hooks again during backward: harmless for the bias (every load doubles, the signs
+stay), but take the balance loss before ``backward()``.
 
 Shape suffixes: N flattened tokens (B·T), T tokens of one sequence, E experts, K experts per token.
 """
