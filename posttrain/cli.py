@@ -17,6 +17,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "pipeline": ("posttrain.pipeline", "run the whole recipe on the embedded model and report what it achieved"),
     "sft": ("posttrain.train.sft", "supervised fine-tuning on conversation JSONL (packing, WSD, LoRA, resume)"),
     "make-data": ("posttrain.data.synthetic", "write a generated SFT dataset (e.g. arithmetic with short reasoning)"),
+    "curate": ("posttrain.data.curate", "generate, verify, filter and dedup SFT data from a teacher pool (resumable; --refresh merges a new pool)"),
+    "profile-data": ("posttrain.data.profile", "behaviour profile of an SFT JSONL: lengths, turns, tool use, co-occurrence"),
     "eval": ("posttrain.eval.run", "evaluate a model on environments: accuracy, avg@k, pass@k"),
     "envs": ("posttrain.commands.envs", "list environments or print sample tasks"),
     "serve-env": ("posttrain.envs.server", "serve an environment over HTTP (NeMo Gym resource-server contract)"),
