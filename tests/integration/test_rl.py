@@ -169,3 +169,26 @@ def test_config_rejects_kl_and_duplicate_envs(tmp_path):
         AlgoConfig(loss_args={"kl_coef": 0.1})
     with pytest.raises(Exception, match="appear once"):
         rl.build_envs(_cfg(tmp_path, envs="[{name: math}, {name: math}]").envs)
+
+
+def test_profile_command_feeds_the_gaussian_curriculum(tmp_path, capsys):
+    from posttrain.algos.curriculum import read_profile
+    from posttrain.commands import profile
+
+    out = tmp_path / "profile.jsonl"
+    p = argparse.ArgumentParser()
+    profile.add_arguments(p)
+    args = p.parse_args(["--env", "test_even_length", "--model", "tiny-llama", "--out", str(out), "--n", "12",
+                         "--k", "3", "--max-new-tokens", "6", "--judge", "none", "--no-progress"])
+    assert profile.run(args) == 0
+    assert "test_even_length: 12 tasks" in capsys.readouterr().out
+    rows = read_profile(out)
+    assert len(rows) == 12 and {r.domain for r in rows} == {"test_even_length"} and {r.k for r in rows} == {3}
+    assert all(r.pass_rate in (0, 1 / 3, 2 / 3, 1) for r in rows) and len({r.pass_rate for r in rows}) > 1
+    res = train_rl(_cfg(tmp_path / "run", **{"train.steps": 1, "train.eval_every": 0, "curriculum.profile": out,
+                                              "rollout.prompts_per_step": 2}), progress=False)
+    assert "pass_rate_gain" in res.last
+    # a profile made for another task pool is refused with a clear message
+    with pytest.raises(Exception, match="not in the training pools"):
+        train_rl(_cfg(tmp_path / "bad", **{"curriculum.profile": out,
+                                           "envs": "[{name: test_even_length, train_tasks: 12, task_seed: 5}]"}))
