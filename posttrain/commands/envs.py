@@ -20,7 +20,9 @@ def run(args: argparse.Namespace) -> int:
         make_env("math")  # registers the built-ins
         for name in ENVIRONMENTS.names():
             cls = ENVIRONMENTS.get(name)
-            doc = (cls.__doc__ or "").strip().splitlines()
+            import sys
+
+            doc = (cls.__doc__ or sys.modules[cls.__module__].__doc__ or "").strip().splitlines()
             print(f"{name:24s} {cls.domain:24s} {'multi-turn' if cls.multi_turn else 'single-turn':12s} {doc[0] if doc else ''}")
         return 0
     env = make_env(args.name)
