@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 from posttrain.algos.advantages import make_advantage
 from posttrain.algos.losses import make_loss
 from posttrain.config import load_config
-from posttrain.envs.base import ENVIRONMENTS, Environment, Task, VerifyResult, final_answer_text
+from posttrain.envs.base import ENVIRONMENTS, Environment, Episode, StepResult, Task, VerifyResult, final_answer_text
 from posttrain.models.loading import load_model
 from posttrain.models.moe import find_routers
 from posttrain.train import rl
@@ -192,3 +192,53 @@ def test_profile_command_feeds_the_gaussian_curriculum(tmp_path, capsys):
     with pytest.raises(Exception, match="not in the training pools"):
         train_rl(_cfg(tmp_path / "bad", **{"curriculum.profile": out,
                                            "envs": "[{name: test_even_length, train_tasks: 12, task_seed: 5}]"}))
+
+
+class TwoTurnEpisode(Episode):
+    def step(self, assistant_message):
+        self.count("turns")
+        done = self.stats["turns"] >= 2
+        return StepResult([] if done else [{"role": "user", "content": "Go on."}], done)
+
+
+class TwoTurnEnv(EvenLengthEnv):
+    """Multi-turn stand-in: the user says "Go on." once; reward on the total reply length."""
+
+    name = "test_two_turn"
+    multi_turn = True
+
+    def start_episode(self, task):
+        return TwoTurnEpisode(task)
+
+    def verify(self, task, messages):
+        total = sum(len(m["content"]) for m in messages if m["role"] == "assistant")
+        return VerifyResult(float(total % 2 == 0))
+
+
+def test_multi_turn_rollouts_train_on_every_sampled_turn():
+    """Tool/user environments go through run_episodes; the trainer scores exactly the sampled turns
+    (its log-probs match the sampler's), and observation tokens get no loss."""
+    from posttrain.models.chat_template import IM_END
+    from posttrain.rollout.hf import HFGenerator
+
+    tiny = load_model("tiny-llama", device="cpu", dtype=torch.float32)
+    model, tok = tiny.model, tiny.tokenizer
+    stop = torch.zeros(len(tok))
+    stop[tok.convert_tokens_to_ids(IM_END)] = 6.0  # the random model must end turns for a second turn
+    hook = model.lm_head.register_forward_hook(lambda mod, inp, out: out + stop)
+    try:
+        env = TwoTurnEnv()
+        picks = [("test_two_turn", t) for t in env.tasks("train", 3)]
+        cfg = RLConfig(rollout={"group_size": 4, "max_new_tokens": 8}).rollout
+        rollouts, _, _ = rl.collect_rollouts(HFGenerator(model, tok), {"test_two_turn": env}, picks, cfg, seed=1)
+        two = [r for r in rollouts if r.finish_reason == "done"]
+        assert len(rollouts) == 12 and two and [r.group for r in rollouts] == [g for g in range(3) for _ in range(4)]
+        for r in two:  # two sampled segments separated by unmasked observation tokens
+            starts = [i for i in range(1, len(r.loss_mask)) if r.loss_mask[i] and not r.loss_mask[i - 1]]
+            assert len(starts) == 2 and r.response_tokens == sum(r.loss_mask)
+        batch, _ = score_rollouts(rollouts, AlgoConfig(dynamic_filter=False))
+        adv = torch.ones_like(batch.mask_BT) * batch.mask_BT  # every token trains, so every turn is scored
+        out = policy_gradient_backward(model, rollouts, batch, adv, make_loss("pg"), cfg.temperature, True, 4096, 0)
+        assert out["rollouts_trained"] == int(batch.valid_B.sum()) and out["logprob_abs_err"] < 1e-4
+    finally:
+        hook.remove()

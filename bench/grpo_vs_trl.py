@@ -1,0 +1,147 @@
+"""GRPO step time: ``posttrain rl`` vs TRL's ``GRPOTrainer``, same workload, one process.
+
+Workload (both sides): the embedded SmolLM2-135M-Instruct in fp32 on the CPU; the same 8 math-env
+training tasks rendered with posttrain's chat template (TRL gets a tokenizer carrying it); group
+size 4 (32 rollouts a step); 48 new tokens at temperature 1; rewards from the math environment's
+verifier; AdamW at the same learning rate; the token-level clipped PG loss with no KL (TRL's
+defaults ``loss_type="dapo"``, ``beta=0``); one warm-up step, then ``--steps`` timed steps. A step
+is sampling + verification + the update, measured per step (posttrain: the ``step_s`` it logs, which
+excludes checkpoint writes; TRL: a callback around each optimizer step).
+
+What differs, by design (it is what is being compared):
+
+* sampling: posttrain's ``HFGenerator`` (shared prefill, finished rows dropped) vs
+  ``model.generate`` inside TRL;
+* the update: posttrain packs rows (no padding), computes logits only at completion positions and
+  skips rollouts with zero advantage (groups with equal rewards); TRL trains every rollout in one
+  padded batch, with logits over the last completion-length positions of every row. Neither runs
+  an extra forward pass for the old log-probs (TRL skips it too when generation and optimisation
+  are aligned, as here). The number of rollouts each side trained is printed.
+
+Overlong filtering is off on the posttrain side for this comparison (48 tokens truncate most
+replies, and TRL keeps truncated ones by default), so both train on the same kind of batch.
+
+Prints s/step for each and the ratio, and appends one JSON line to
+bench/results/grpo_vs_trl.jsonl. Run: ``python bench/grpo_vs_trl.py [--steps 2] [--threads 1]``.
+The machine is shared: the load average before and after is recorded with the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results" / "grpo_vs_trl.jsonl"
+PROMPTS, GROUP, MAX_NEW, LR = 8, 4, 48, 1e-6
+
+
+def run_posttrain(model: str, steps: int, run_dir: Path) -> dict[str, Any]:
+    from posttrain.config import load_config
+    from posttrain.train.metrics import read_metrics
+    from posttrain.train.rl import RLConfig, train_rl
+
+    cfg = load_config(RLConfig, None, [
+        f"model={model}", f"run_dir={run_dir}", f"train.steps={steps + 1}", "train.eval_every=0",
+        "train.save_every=0", "train.plot=false", "train.precision=fp32", "train.threads=0",
+        f"envs=[{{name: math, train_tasks: {PROMPTS}, val_tasks: 0}}]", "curriculum.kind=random",
+        f"rollout.prompts_per_step={PROMPTS}", f"rollout.group_size={GROUP}", f"rollout.max_new_tokens={MAX_NEW}",
+        "algo.overlong_filter=false", f"optim.lr={LR}",
+    ])
+    train_rl(cfg, progress=False)
+    rows = [r for r in read_metrics(run_dir) if "step_s" in r][1:]  # drop the warm-up step
+    mean = lambda k: sum(r[k] for r in rows) / len(rows)  # noqa: E731
+    return {"s_per_step": mean("step_s"), "generate_s": mean("time_generate_s"), "verify_s": mean("time_verify_s"),
+            "train_s": mean("time_train_s"), "rollouts_trained": mean("rollouts_trained"),
+            "reward": mean("reward")}
+
+
+def run_trl(model_spec: str, steps: int, out_dir: Path) -> dict[str, Any]:
+    import torch
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from posttrain.envs.base import Task, make_env
+    from posttrain.models.loading import load_model
+    from posttrain.train.checkpoint import chat_template_text
+
+    env = make_env("math")
+    tasks = env.tasks("train", PROMPTS, 0)
+    loaded = load_model(model_spec, device="cpu", dtype=torch.float32)  # embedded: resolve_spec's local dir
+    model, tok = loaded.model, loaded.tokenizer
+    tok.chat_template = chat_template_text()  # the prompts posttrain renders
+    data = Dataset.from_list([{"prompt": t.messages, "task": json.dumps(t.to_dict())} for t in tasks])
+
+    def math_reward(prompts: list[Any], completions: list[Any], task: list[str], **_: Any) -> list[float]:
+        return [env.verify(Task.from_dict(json.loads(t)), c).reward for t, c in zip(task, completions)]
+
+    times: list[float] = []
+
+    class StepTimer(TrainerCallback):
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            times.append(time.perf_counter() - self.t0)
+
+    cfg = GRPOConfig(
+        output_dir=str(out_dir), per_device_train_batch_size=PROMPTS * GROUP, num_generations=GROUP,
+        max_completion_length=MAX_NEW, temperature=1.0, learning_rate=LR, max_steps=steps + 1, beta=0.0,
+        use_cpu=True, bf16=False, report_to="none", save_strategy="no", logging_steps=1, disable_tqdm=True,
+        lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, adam_beta2=0.95, seed=0,
+    )
+    trainer = GRPOTrainer(model=model, reward_funcs=math_reward, args=cfg, train_dataset=data,
+                          processing_class=tok, callbacks=[StepTimer()])
+    trainer.train()
+    timed = times[1:]
+    return {"s_per_step": sum(timed) / len(timed), "rollouts_trained": PROMPTS * GROUP}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=2, help="timed steps after one warm-up step (default 2)")
+    ap.add_argument("--model", default="embedded", help="model spec (default embedded; tiny-llama: smoke test)")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads for both (default: one per core)")
+    args = ap.parse_args()
+    import torch
+    import trl
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        ours = run_posttrain(args.model, args.steps, Path(tmp) / "posttrain")
+        theirs = run_trl(args.model, args.steps, Path(tmp) / "trl")
+    load_after = os.getloadavg()[0]
+    ratio = theirs["s_per_step"] / ours["s_per_step"]
+    print(f"posttrain rl : {ours['s_per_step']:.1f} s/step (generate {ours['generate_s']:.1f}, verify "
+          f"{ours['verify_s']:.2f}, train {ours['train_s']:.1f}; {ours['rollouts_trained']:.0f} of "
+          f"{PROMPTS * GROUP} rollouts trained)")
+    print(f"TRL GRPO     : {theirs['s_per_step']:.1f} s/step ({PROMPTS * GROUP} rollouts trained)")
+    print(f"posttrain is {ratio:.2f}x faster per step (load average {load_before:.1f} -> {load_after:.1f}, "
+          f"{os.cpu_count()} cores, {torch.get_num_threads()} threads)")
+    row = {
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "bench": "grpo_vs_trl",
+        "model": args.model, "dtype": "fp32", "prompts": PROMPTS, "group": GROUP, "max_new_tokens": MAX_NEW,
+        "lr": LR, "timed_steps": args.steps, "posttrain": ours, "trl": theirs, "speedup": ratio,
+        "machine": {"cores": os.cpu_count(), "threads": torch.get_num_threads(), "load_before": load_before,
+                    "load_after": load_after, "cpu": platform.processor() or platform.machine()},
+        "versions": {"torch": torch.__version__, "trl": trl.__version__},
+    }
+    if args.model != "embedded":
+        return  # smoke tests are not results
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    with open(RESULTS, "a") as f:
+        f.write(json.dumps(row) + "\n")
+    print(f"appended to {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
