@@ -24,6 +24,9 @@ replies, and TRL keeps truncated ones by default), so both train on the same kin
 Prints s/step for each and the ratio, and appends one JSON line to
 bench/results/grpo_vs_trl.jsonl. Run: ``python bench/grpo_vs_trl.py [--steps 2] [--threads 1]``.
 The machine is shared: the load average before and after is recorded with the figures.
+
+First result (2-core CPU, load average 3.3 → 4.1, 1 thread): posttrain 37.3 s/step (generate 20.5,
+train 16.6, 8 of 32 rollouts trained), TRL 179.2 s/step: 4.8×; see docs/rl.md for how to read it.
 """
 
 from __future__ import annotations

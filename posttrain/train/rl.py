@@ -327,6 +327,8 @@ def policy_gradient_backward(
     sums: dict[str, float] = {}
     loss_total, n_weight = 0.0, 0.0
     loads: dict[str, Any] = {}
+    if monitor is not None:
+        monitor.clear()  # drop the routing recorded while sampling / validating: only training passes count
     for mb in micro_batches([len(rollouts[i].token_ids) for i in rows], micro_batch_tokens, pack):
         idx = [rows[j] for j in mb]
         with amp() if amp else contextlib.nullcontext():
@@ -417,7 +419,8 @@ class RLResult:
     last: dict[str, Any] = field(default_factory=dict)
 
 
-def _step_metrics(rollouts: list[Rollout], filt: dict[str, float], upd: dict[str, Any], names: list[str]) -> dict[str, Any]:
+def _step_metrics(rollouts: list[Rollout], filt: dict[str, float], upd: dict[str, Any],
+                  names: list[str]) -> dict[str, Any]:
     def summary(rs: list[Rollout]) -> tuple[float, float]:
         return sum(r.reward for r in rs) / len(rs), sum(r.reward >= 1.0 for r in rs) / len(rs)
 
@@ -523,7 +526,8 @@ def train_rl(cfg: RLConfig, progress: bool = True, stop_after: int | None = None
         t0 = time.perf_counter()
         picks = [(e, pools[e][t]) for e, t in mix.sample(cfg.rollout.prompts_per_step, step, step / cfg.train.steps)]
         model.eval()
-        rollouts, t_gen, t_ver = collect_rollouts(generator, envs, picks, cfg.rollout, row_seed(cfg.train.seed, "rl", step))
+        seed = row_seed(cfg.train.seed, "rl", step)  # the step's sampling streams: resumable, reproducible
+        rollouts, t_gen, t_ver = collect_rollouts(generator, envs, picks, cfg.rollout, seed)
         t1 = time.perf_counter()
         batch, filt = score_rollouts(rollouts, cfg.algo)
         advantages_BT = estimator(batch)

@@ -99,7 +99,8 @@ def test_interrupted_run_resumes_to_identical_weights(tmp_path):
     cut = _cfg(tmp_path / "cut", **{"train.steps": 4, "train.eval_every": 0})
     train_rl(cut, progress=False, stop_after=3)  # "killed" after step 3: the last checkpoint is step 2
     resumed = train_rl(cut, progress=False)
-    a, b = load_file(str(full.checkpoint / "model.safetensors")), load_file(str(resumed.checkpoint / "model.safetensors"))
+    a = load_file(str(full.checkpoint / "model.safetensors"))
+    b = load_file(str(resumed.checkpoint / "model.safetensors"))
     assert resumed.checkpoint.name == "step_000004" and a.keys() == b.keys()
     for k in a:
         assert torch.equal(a[k], b[k]), k
