@@ -16,6 +16,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "setup": ("posttrain.commands.setup", "convert the embedded model once and check the install"),
     "pipeline": ("posttrain.pipeline", "run the whole recipe on the embedded model and report what it achieved"),
     "sft": ("posttrain.train.sft", "supervised fine-tuning on conversation JSONL (packing, WSD, LoRA, resume)"),
+    "rl": ("posttrain.train.rl", "multi-environment RLVR with GRPO: curriculum, overlong/dynamic filters, masked IS, frozen MoE routers (resumable)"),
+    "profile": ("posttrain.commands.profile", "sample k rollouts per training task and write the pass-rate profile JSONL for the RL curriculum"),
     "make-data": ("posttrain.data.synthetic", "write a generated SFT dataset (e.g. arithmetic with short reasoning)"),
     "curate": ("posttrain.data.curate", "generate, verify, filter and dedup SFT data from a teacher pool (resumable; --refresh merges a new pool)"),
     "profile-data": ("posttrain.data.profile", "behaviour profile of an SFT JSONL: lengths, turns, tool use, co-occurrence"),
