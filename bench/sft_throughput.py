@@ -82,7 +82,7 @@ def main() -> int:
     ap.add_argument("--model", default="embedded")
     ap.add_argument("--steps", type=int, default=3, help="timed steps per trainer (after one warm-up step)")
     ap.add_argument("--batch", type=int, default=16, help="conversations per step")
-    ap.add_argument("--seq", type=int, default=1024, help="packed row length")
+    ap.add_argument("--seq", type=int, default=512, help="packed row length (the SFT default)")
     ap.add_argument("--no-save", action="store_true")
     args = ap.parse_args()
 

@@ -47,7 +47,8 @@ class SFTDataConfig(StrictModel):
     validation: list[str] = Field(default_factory=list)
     """Held-out JSONL files; if empty, ``val_frac`` of the training rows are held out."""
     val_frac: float = Field(0.05, ge=0, lt=1)
-    max_seq_len: int = Field(1024, ge=16)
+    max_seq_len: int = Field(512, ge=16)
+    """Packed row length. Longer rows waste attention FLOPs on the block mask: 512 measured fastest on CPU."""
     pack: Literal["auto", "on", "off"] = "auto"
     """auto: pack attention-only models, pad hybrid (Mamba) ones — see data/packing.py."""
     on_error: Literal["raise", "skip"] = "raise"
@@ -367,7 +368,7 @@ def train_sft(cfg: SFTConfig, progress: bool = True) -> SFTResult:
                 if monitor:
                     lb = monitor.load_balancing_loss(tensors.get("attention_mask"))
                     loss = loss + cfg.moe.lb_coef * lb / len(rows)
-                    lb_total += float(lb)
+                    lb_total += float(lb.detach())
             loss.backward()
             loss_total += float(s.detach())
             if monitor:  # keep the step's expert load, drop the per-row graphs
