@@ -37,19 +37,19 @@ class PipelineConfig(StrictModel):
     seed: int = 0
     n_train: int = Field(2000, ge=8)
     """Generated SFT conversations."""
-    n_eval: int = Field(96, ge=4)
+    n_eval: int = Field(80, ge=4)
     """Held-out problems for answer accuracy (greedy)."""
     n_val_rows: int = Field(64, ge=4)
     """Held-out conversations for the SFT loss."""
     max_digits: int = Field(2, ge=1, le=3)
-    sft_steps: int = Field(60, ge=1)
+    sft_steps: int = Field(40, ge=1)
     sft_batch_size: int = Field(16, ge=1)
     sft_lr: float = Field(1e-4, gt=0)
-    max_new_tokens: int = Field(96, ge=8)
+    max_new_tokens: int = Field(80, ge=8)
     eval_batch_size: int = Field(32, ge=1)
 
 
-QUICK = {"n_train": 400, "n_eval": 48, "n_val_rows": 24, "sft_steps": 12, "sft_batch_size": 8,
+QUICK = {"n_train": 400, "n_eval": 48, "n_val_rows": 24, "sft_steps": 10, "sft_batch_size": 8,
          "sft_lr": 2e-4, "max_new_tokens": 72, "run_dir": "runs/pipeline-quick"}
 
 
