@@ -217,6 +217,68 @@ class CodeEnvVerify(Case):
         return len(self.tasks)
 
 
+# --------------------------------------------------------------------------- every other environment
+# A correct reply per environment, built from the task itself, so each verification does its full
+# work (extraction, symbolic check, schema validation, constraint checks, DB replay + state diff).
+
+
+def _reference_transcript(env_name: str, env: Any, task: Any) -> list[dict[str, Any]]:
+    import json as _json
+
+    gt = task.ground_truth
+    if env_name == "math":
+        return [{"role": "assistant", "content": f"<think>\nWorking it out.\n</think>\nSo the result is\nAnswer: {gt}"}]
+    if env_name == "mcq":
+        return [{"role": "assistant", "content": f"The options compare as follows.\nAnswer: {gt}"}]
+    if env_name == "structured":
+        return [{"role": "assistant", "content": "```json\n" + _json.dumps(gt["reference"]) + "\n```"}]
+    if env_name == "instruction":
+        return [{"role": "assistant", "content": task.metadata["reference_response"]}]
+    if env_name == "longctx":
+        from posttrain.envs.longctx import reference_text
+
+        return [{"role": "assistant", "content": f"Answer: {reference_text(gt)}"}]
+    if env_name == "workplace":
+        from posttrain.envs.tools import calls_message
+
+        calls = gt["reference_calls"]
+        final = "Done." if gt["answer"] is None else f"Answer: {gt['answer']}"
+        return ([calls_message(calls)] if calls else []) + [{"role": "assistant", "content": final}]
+    if env_name == "banking":
+        from posttrain.envs.banking.expert import expert_agent, play
+
+        episode = env.start_episode(task)
+        transcript, _ = play(episode, expert_agent(task))
+        episode.close()
+        return transcript
+    raise KeyError(env_name)
+
+
+class EnvVerify(Case):
+    env_name = ""
+    n_tasks = 40
+
+    def setup(self, ctx: Context) -> None:
+        from posttrain.envs.base import make_env
+
+        self.env = make_env(self.env_name)
+        self.tasks = self.env.tasks("validation", n=self.n_tasks, seed=0)
+        self.answers = [_reference_transcript(self.env_name, self.env, t) for t in self.tasks]
+        self.pool = ctx.get("threads", lambda: _Threads(ctx.workers))
+        first = self.env.verify(self.tasks[0], self.answers[0])
+        assert first.reward == 1.0, (self.env_name, first.reason)
+
+    def block(self, ctx: Context) -> int:
+        rewards = list(self.pool.executor.map(self.env.verify, self.tasks, self.answers))
+        assert all(r.reward == 1.0 for r in rewards), [r.reason for r in rewards if r.reward < 1][:3]
+        return len(self.tasks)
+
+
+# instruction_multiturn is left out: its reward is an LLM-judge call, i.e. model generation time.
+for _name in ("math", "mcq", "structured", "instruction", "longctx", "workplace", "banking"):
+    case(f"{_name}_verify", unit="verification")(type(f"{_name.title()}Verify", (EnvVerify,), {"env_name": _name}))
+
+
 class _Threads:
     def __init__(self, workers: int) -> None:
         self.executor = ThreadPoolExecutor(workers)
