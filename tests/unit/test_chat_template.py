@@ -121,3 +121,18 @@ def test_jinja_template_matches_python_renderer(tok, gen_prompt, think):
     got = tok.apply_chat_template(conv, tools=TOOLS, chat_template=chat_template_text(), tokenize=False,
                                   add_generation_prompt=gen_prompt, enable_thinking=think)
     assert got == expect
+
+
+def test_embedded_tokenizer_renders_and_masks():
+    """The same guarantees with the real SmolLM2 tokenizer (ChatML tokens are special tokens there)."""
+    from posttrain.models.loading import embedded_dir
+
+    if not (embedded_dir() / "tokenizer.json").exists():
+        pytest.skip("embedded model not converted yet: run `posttrain setup` (make setup does)")
+    etok = load_tokenizer("embedded")
+    r = render(etok, TOOL_CONV, TOOLS)
+    assert r.input_ids.count(etok.convert_tokens_to_ids("<|im_end|>")) == len(TOOL_CONV)
+    trained = etok.decode([i for i, m in zip(r.input_ids, r.loss_mask) if m])
+    assert "18 degrees tomorrow." in trained and "Weather in Paris?" not in trained
+    prompt = render(etok, TOOL_CONV[:2], TOOLS, add_generation_prompt=True).input_ids
+    assert render(etok, TOOL_CONV[:3], TOOLS).input_ids[: len(prompt)] == prompt
