@@ -99,6 +99,40 @@ def draw_unfiltered(candidates: list[Row], n: int, seed: int) -> list[Row]:
     return random.Random(seed).sample(usable, n)
 
 
+class VerifyTimeout(Exception):
+    pass
+
+
+def bounded(verify_fn: Any, seconds: float = 5.0) -> Any:
+    """``verify_fn`` with a wall-clock limit: a reply it cannot grade in time gets reward 0
+    (``verify_timeout``). Why: ``math_env.number_core``'s trailing-unit regex backtracks
+    exponentially on an answer line followed by a long run of words (seen on the embedded model's
+    samples: one candidate hung for minutes). ``re`` checks for signals while matching, so SIGALRM
+    interrupts it; off the main thread signals are unavailable and the verifier runs unbounded."""
+    import signal
+    import threading
+
+    from posttrain.envs.base import VerifyResult
+
+    def on_alarm(*_: Any) -> None:
+        raise VerifyTimeout
+
+    def verify(task: Any, messages: list[Any]) -> Any:
+        if threading.current_thread() is not threading.main_thread():
+            return verify_fn(task, messages)
+        previous = signal.signal(signal.SIGALRM, on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        try:
+            return verify_fn(task, messages)
+        except VerifyTimeout:
+            return VerifyResult(0.0, {}, "verify_timeout")
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+
+    return verify
+
+
 def _totals(summary_file: Path) -> dict[str, Any]:
     """Counts over all curate runs into the output (a resumed run's summary holds only its own)."""
     s = json.loads(summary_file.read_text(encoding="utf-8"))
@@ -165,7 +199,7 @@ def curation_stage(
                 model_spec, batch_size=batch_size, num_threads=num_threads))], n_candidates, params))
         return generator[0](chunk)
 
-    summary = curate(tasks, LoggingTeacher(generate, cand_log), make_env("math").verify, cfg)
+    summary = curate(tasks, LoggingTeacher(generate, cand_log), bounded(make_env("math").verify), cfg)
     totals = _totals(summary_path(curated))
 
     n_rows = summary["rows_in_output"]
@@ -193,8 +227,8 @@ def _candidate_accuracy(candidates: list[Row], tasks: list[Any]) -> float:
     """Share of sampled candidates whose answer the math verifier accepts (the raw pass rate)."""
     from posttrain.envs.base import make_env
 
-    env, by_id = make_env("math"), {t.id: t for t in tasks}
-    graded = [env.verify(by_id[r["prompt_id"]], r["messages"][r["provenance"]["prompt_messages"]:]).reward
+    verify, by_id = bounded(make_env("math").verify), {t.id: t for t in tasks}
+    graded = [verify(by_id[r["prompt_id"]], r["messages"][r["provenance"]["prompt_messages"]:]).reward
               for r in candidates if r["prompt_id"] in by_id]
     return sum(graded) / len(graded) if graded else 0.0
 
