@@ -199,11 +199,14 @@ def curation_stage(
                 model_spec, batch_size=batch_size, num_threads=num_threads))], n_candidates, params))
         return generator[0](chunk)
 
-    summary = curate(tasks, LoggingTeacher(generate, cand_log), bounded(make_env("math").verify), cfg)
+    verify = bounded(make_env("math").verify)
+    summary = curate(tasks, LoggingTeacher(generate, cand_log), verify, cfg)
+    candidates = read_candidates(cand_log)
     totals = _totals(summary_path(curated))
+    if totals["candidates"] != len(candidates):  # a killed run saves no summary: its counts are lost
+        totals = {**recount(candidates, tasks, verify, cfg, run_dir / "recount" / CURATED), "recounted": True}
 
     n_rows = summary["rows_in_output"]
-    candidates = read_candidates(cand_log)
     write_jsonl(draw_unfiltered(candidates, n_rows, seed), unfiltered)
     logged = Counter(r["prompt_id"] for r in candidates)
     return {
@@ -221,6 +224,34 @@ def curation_stage(
         "paths": {"curated": str(curated), "unfiltered": str(unfiltered), "candidates": str(cand_log),
                   "summary": str(summary_path(curated))},
     }
+
+
+def recount(candidates: list[Row], tasks: list[Any], verify: Any, cfg: Any, out: Path) -> dict[str, Any]:
+    """Drop counts for every logged candidate, by replaying the log through ``curate`` into a
+    scratch output (no sampling). Only needed after an interrupted run, whose summary was never
+    written; the replay sees the prompts in order, so its global dedup may differ from the resumed
+    run's by a row or so."""
+    from collections import defaultdict
+
+    from posttrain.data.curate import curate, done_path, summary_path
+
+    by_prompt: dict[str, list[Row]] = defaultdict(list)
+    for r in candidates:
+        by_prompt[r["prompt_id"]].append(r)
+
+    def replay(chunk: list[Any]) -> list[list[Candidate]]:
+        out_: list[list[Candidate]] = []
+        for t in chunk:
+            rows = sorted(by_prompt[t.id], key=lambda r: int(r["id"].rsplit(".", 1)[1]))
+            out_.append([Candidate(r["messages"][r["provenance"]["prompt_messages"]:], r["provenance"]["teacher"],
+                                   r["provenance"]["sampling"], r["provenance"]["finish_reason"]) for r in rows])
+        return out_
+
+    for p in (out, done_path(out), summary_path(out)):
+        p.unlink(missing_ok=True)
+    curate([t for t in tasks if t.id in by_prompt], replay, verify,
+           cfg.model_copy(update={"out": out, "resume": False}), log=lambda _: None)
+    return _totals(summary_path(out))
 
 
 def _candidate_accuracy(candidates: list[Row], tasks: list[Any]) -> float:

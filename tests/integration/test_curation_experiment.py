@@ -16,7 +16,7 @@ import pytest
 
 from posttrain.data.conversations import read_conversations
 from posttrain.data.filters import DEFAULT_ORDER, FiltersConfig
-from posttrain.data.curation_experiment import compare, curation_stage, draw_unfiltered, read_candidates
+from posttrain.data.curation_experiment import compare, curation_stage, draw_unfiltered, read_candidates, recount
 
 # a random model seldom stops within a few tokens: without the truncation filter, rows get through
 # (the other filters, dedup and k still apply), so the equal-size draw has something to match
@@ -95,3 +95,18 @@ def test_compare_trains_both_and_measures_three(stages):
     assert out["unfiltered"]["sft"]["checkpoint"] != out["curated"]["sft"]["checkpoint"]
     assert out["examples_seen_per_run"] == 4
     assert (run_dir / "stages" / "curated.json").exists()
+
+
+def test_recount_replays_the_log_to_the_same_counts(stages, tmp_path):
+    # what curation_stage falls back to when a killed run left no summary for its prompts
+    from posttrain.data.curate import CurateConfig
+    from posttrain.data.synthetic import arithmetic_tasks
+    from posttrain.envs.base import make_env
+
+    run_dir, _, second = stages
+    cfg = CurateConfig(out=run_dir / "curated.jsonl", k=2, min_reward=0.0, seed=0, resume=True, filters=FILTERS)
+    tasks = arithmetic_tasks(10, 0, "train", max_digits=1)
+    counts = recount(read_candidates(run_dir / "candidates.jsonl"), tasks, make_env("math").verify, cfg,
+                     tmp_path / "curated.jsonl")
+    assert (counts["candidates"], counts["accepted"], counts["dropped"]) == (
+        second["candidates"], second["accepted"], second["dropped"])
