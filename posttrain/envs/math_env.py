@@ -140,7 +140,10 @@ _LITERAL = re.compile(
     rf"-?{_INT}(?:\.\d+)?|-?\d+\s*/\s*\d+|-?\\[dt]?frac\{{\s*\d+\s*\}}\{{\s*\d+\s*\}}"
 )
 _LEADING_VARIABLE = re.compile(r"^[A-Za-z]\w*\s*=\s*")
-_TRAILING_UNIT = re.compile(r"(?:\s*(?:\\text\{[^{}]*\}|\\?%|°|\^?\\circ|[A-Za-z]+\.?))+$")
+# A letter run must end at a non-letter ((?![A-Za-z])): without that, "[A-Za-z]+" inside the outer
+# "+" can split one word in exponentially many ways, and a reply like "Answer: 11 so the total..."
+# followed by a comma backtracks for minutes.
+_TRAILING_UNIT = re.compile(r"(?:\s*(?:\\text\{[^{}]*\}|\\?%|°|\^?\\circ|[A-Za-z]+(?![A-Za-z])\.?))+$")
 
 
 def number_core(pred: str) -> str | None:

@@ -168,3 +168,13 @@ def test_one_digit_addition_pool_runs_dry_instead_of_repeating(env):
 def test_unknown_family_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown math families"):
         MathEnv(families=["calculus"])
+
+
+@pytest.mark.timeout(20)
+def test_trailing_unit_strip_does_not_backtrack_exponentially():
+    # 30 letters then a comma took ~5 minutes with the nested-quantifier unit regex.
+    from posttrain.envs.math_env import number_core
+
+    assert number_core("11 " + "x" * 60 + ",") is None
+    assert number_core("so the answer is eleven which represents the whole total, really") is None
+    assert number_core("12 apples") == "12"
