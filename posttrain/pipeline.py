@@ -8,7 +8,10 @@ Stages so far (each later issue adds its stage here):
                 math environment's verifier, split by operand size;
 3. **sft**    — supervised fine-tuning (train/sft.py) on the generated set;
 4. **after**  — the same measurements on the fine-tuned checkpoint;
-5. **report** — a table on stdout, ``report.json`` and ``report.png`` in the run directory.
+5. **report** — a table on stdout, ``report.json`` and ``report.png`` in the run directory;
+6. **curation** (``--curation``) — generate-then-filter from the model itself with the math verifier,
+                then SFT on the curated rows vs SFT on the same number of unfiltered samples
+                (data/curation_experiment.py), and the held-out accuracy of both.
 
 Every stage writes its result to ``<run_dir>/stages/<name>.json``; a re-run skips finished stages
 and the SFT stage resumes from its last checkpoint, so an interrupted pipeline picks up where it
@@ -47,6 +50,9 @@ class PipelineConfig(StrictModel):
     sft_lr: float = Field(1e-4, gt=0)
     max_new_tokens: int = Field(80, ge=8)
     eval_batch_size: int = Field(32, ge=1)
+    curation: bool = False
+    """Add the curation stage: rejection sampling from the model itself with the math verifier, then
+    SFT on the curated rows vs on as many unfiltered samples (data/curation_experiment.py; ~12 min)."""
 
 
 QUICK = {"n_train": 400, "n_eval": 48, "n_val_rows": 24, "sft_steps": 10, "sft_batch_size": 8,
@@ -209,6 +215,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="small sizes: finishes in under 3 minutes on 2 cores")
     p.add_argument("--config", "-c", help="YAML with PipelineConfig fields (see recipes/pipeline.yaml)")
     p.add_argument("--fresh", action="store_true", help="delete the run directory first instead of resuming")
+    p.add_argument("--curation", action="store_true",
+                   help="also run the curation stage: curated vs unfiltered self-generated SFT data (~12 min more)")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="e.g. sft_steps=30 n_eval=200")
 
 
@@ -216,6 +224,8 @@ def run(args: argparse.Namespace) -> int:
     from posttrain.config import load_config
 
     overrides = ([f"{k}={v}" for k, v in QUICK.items()] if args.quick else []) + list(args.overrides)
+    if args.curation:
+        overrides.append("curation=true")
     cfg = load_config(PipelineConfig, args.config, overrides)
     run_dir = Path(cfg.run_dir)
     if args.fresh and run_dir.exists():
@@ -229,4 +239,20 @@ def run(args: argparse.Namespace) -> int:
     sft = _stage(run_dir, "sft", lambda: run_sft(cfg, run_dir, data))
     after = _stage(run_dir, "after", lambda: measure(cfg, sft["checkpoint"], data))
     print(report(run_dir, before, after, sft, time.time() - t0))
+    if cfg.curation:
+        from posttrain.data.curation_experiment import compare, curation_stage
+
+        cur_dir = run_dir / "curation"
+        cur = _stage(run_dir, "curation", lambda: curation_stage(
+            cfg.model, cur_dir, 160, 4, 2, 0.9, 64, cfg.seed, max_digits=cfg.max_digits))
+        if not cur["rows_curated"]:
+            print(f"\ncuration: none of {cur['candidates_logged']} candidates passed the verifier and filters; "
+                  f"nothing to fine-tune on (drop counts in {cur['paths']['summary']})")
+            return 0
+        cmp = compare(cfg.model, cur_dir, cur, 12, 8, 2e-4, cfg.n_eval, cfg.seed, max_digits=cfg.max_digits,
+                      max_new_tokens=cfg.max_new_tokens)  # caches its own stages under curation/stages
+        print(f"\ncuration: {cur['candidates_logged']} self-generated candidates → {cur['rows_curated']} curated rows; "
+              f"SFT on them vs on {cur['rows_unfiltered']} unfiltered samples (same steps):")
+        for name in ("base", "unfiltered", "curated"):
+            print(f"  {name:12s} held-out accuracy {cmp[name]['accuracy']:6.1%}")
     return 0
