@@ -32,12 +32,7 @@ class ParityEnv(Environment):
         return VerifyResult(float(task.metadata["odd"]), {"odd": float(task.metadata["odd"])}, "parity")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matmuls: threads only add waiting on a busy machine
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # shared fixture in tests/conftest.py
 
 
 @pytest.fixture(scope="module")

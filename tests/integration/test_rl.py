@@ -46,12 +46,7 @@ if EvenLengthEnv.name not in ENVIRONMENTS:
     ENVIRONMENTS.register(EvenLengthEnv.name)(EvenLengthEnv)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matmuls: threads only add waiting on a busy machine
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # shared fixture in tests/conftest.py
 
 
 def _cfg(run_dir, model="tiny-llama", **over) -> RLConfig:

@@ -85,12 +85,7 @@ def test_observation_ids_continue_a_sampled_turn_like_render(tiny):
 # --------------------------------------------------------------------------- on the tiny model
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matmuls: threads only add waiting on a busy machine
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # shared fixture in tests/conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -78,14 +78,7 @@ def test_bad_params_are_rejected(bad):
 # --------------------------------------------------------------------------- the engine
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny matmuls gain nothing from threads, and on a shared, busy machine OpenMP threads that
-    wait for each other make them several times slower; restored for the other test modules."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # shared fixture in tests/conftest.py
 
 
 @pytest.fixture(scope="module")
