@@ -124,6 +124,11 @@ class RolloutConfig(StrictModel):
     """False renders the reasoning-off generation prompt."""
     batch_size: int = Field(32, ge=1)
     """Rows the sampler decodes together."""
+    engine: str = "hf"
+    """Rollout engine from the ENGINES registry (``rollout/engines.py``): ``hf`` (in-process lean CPU
+    loop over the live weights) or ``vllm`` (GPU, optional extra; weights pushed after every update)."""
+    engine_args: dict[str, Any] = Field(default_factory=dict)
+    """Engine constructor arguments (e.g. ``{gpu_memory_utilization: 0.3}`` for vllm)."""
 
 
 class AlgoConfig(StrictModel):
@@ -439,9 +444,14 @@ def _step_metrics(rollouts: list[Rollout], filt: dict[str, float], upd: dict[str
     return m
 
 
-def train_rl(cfg: RLConfig, progress: bool = True, stop_after: int | None = None) -> RLResult:
+def train_rl(cfg: RLConfig, progress: bool = True, stop_after: int | None = None,
+             scorer: Any = None) -> RLResult:
     """Run the stage (see the module docstring). ``stop_after`` (tests) returns right after that
-    step as if the process had been killed there: no final checkpoint, no final validation."""
+    step as if the process had been killed there: no final checkpoint, no final validation.
+
+    ``scorer`` (MOPD's teachers, ``posttrain/distill``): called as ``scorer(rollouts, batch)`` after
+    the filters and before the advantage estimator; it may fill ``batch.teacher_logprobs_BT`` /
+    ``batch.extras`` and returns metrics to log. The loop does not know what it computes."""
     import torch
     from tqdm.auto import tqdm
 
@@ -450,7 +460,8 @@ def train_rl(cfg: RLConfig, progress: bool = True, stop_after: int | None = None
     from posttrain.config import save_config
     from posttrain.models import moe as moe_lib
     from posttrain.models.loading import load_model
-    from posttrain.rollout.hf import HFGenerator, row_seed
+    from posttrain.rollout.engines import make_engine, sync_weights
+    from posttrain.rollout.hf import row_seed
     from posttrain.train.checkpoint import (latest_checkpoint, load_trainer_state, rng_state, save_checkpoint,
                                             save_hf_model, set_rng_state)
     from posttrain.train.metrics import MetricsLogger, truncate_metrics
@@ -479,7 +490,8 @@ def train_rl(cfg: RLConfig, progress: bool = True, stop_after: int | None = None
     model.config.use_cache = False
     frozen = moe_lib.freeze_routers(model)  # RL keeps router weights fixed; the biases still move
     monitor = moe_lib.RouterMonitor(model).__enter__() if frozen else None
-    generator = HFGenerator(model, tok, batch_size=cfg.rollout.batch_size)
+    generator = make_engine(cfg.rollout.engine, model, tok, batch_size=cfg.rollout.batch_size,
+                            **cfg.rollout.engine_args)
     pack = {"on": True, "off": False}.get(cfg.train.pack, not is_hybrid(model))
     precision = resolve_precision(cfg.train.precision, device)
     amp = lambda: autocast(precision, device)  # noqa: E731
@@ -530,6 +542,7 @@ def train_rl(cfg: RLConfig, progress: bool = True, stop_after: int | None = None
         rollouts, t_gen, t_ver = collect_rollouts(generator, envs, picks, cfg.rollout, seed)
         t1 = time.perf_counter()
         batch, filt = score_rollouts(rollouts, cfg.algo)
+        scored = scorer(rollouts, batch) if scorer is not None else {}
         advantages_BT = estimator(batch)
         lr = cfg.optim.lr * wsd_lr_factor(step, cfg.train.steps, cfg.optim.warmup_steps, cfg.optim.decay_frac,
                                           cfg.optim.min_lr_ratio)
@@ -543,9 +556,11 @@ def train_rl(cfg: RLConfig, progress: bool = True, stop_after: int | None = None
         if upd["rollouts_trained"]:  # an all-filtered step has no gradient: no update, no bias move
             upd["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip))
             opt.step()
+            sync_weights(generator, model)  # an external engine (vllm) gets the new weights; hf shares them
             if monitor and cfg.moe.bias_update_rate > 0:
                 upd["moe_load_max_over_mean"] = _update_biases(monitor, upd["_loads"], cfg.moe.bias_update_rate)
         m = _step_metrics(rollouts, filt, upd, list(envs))
+        m.update(scored)
         if curriculum is not None:
             m["pass_rate_gain"] = m["pass_rate"] - curriculum.expected_pass_rate([t.id for _, t in picks])
         m.update(lr=lr, time_generate_s=t_gen, time_verify_s=t_ver, time_train_s=time.perf_counter() - t1,
