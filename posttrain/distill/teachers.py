@@ -1,0 +1,368 @@
+"""Teachers for on-policy distillation: config, routing, lazy shared loading, batched scoring.
+
+A teacher is configuration (tinker-cookbook's "teachers paired with datasets"): a name, where its
+weights are (``model``: a model spec / HF directory / checkpoint of an earlier run, or ``url``: an
+OpenAI-compatible server such as vLLM), and the domains it owns (RL environment names). Every
+rollout goes to the teacher owning its ``Rollout.env``, or to the default teacher.
+
+:class:`TeacherPool` is the object the RL loop calls (``train_rl(..., scorer=pool)``):
+
+* **Routing** is a dict lookup, env → teacher name; the config is checked up front so a domain
+  without a teacher is a config error, not a KeyError at step 12.
+* **Shared, lazy weights.** Teachers whose ``model`` resolves to the same place (two names for one
+  checkpoint, a default that is also a domain's teacher) share one loaded copy. Nothing is loaded
+  until a rollout is routed to the teacher, so an unused default costs nothing. Local teachers are
+  in eval mode, have ``requires_grad=False`` and score under ``torch.inference_mode``.
+* **Same tokenizer.** The advantage compares log-probs of the *same token ids*, so a teacher must
+  use the student's tokenizer: identical vocab (token → id) and the same eos token. Checked for
+  every teacher before training starts (:meth:`TeacherPool.check_tokenizers`: tokenizers only,
+  cheap). A url teacher can only be probed: its ``/tokenize`` endpoint (vLLM serves one at the
+  server root) must give the student's ids for a probe text; a server without it gets a printed
+  warning, and every scoring answer that echoes token ids is compared with what was sent.
+* **Scoring** = ``train/logprobs.sampled_logprobs`` (the trainer's own routine) under no grad at
+  the sampler's temperature: the same code path that gives the student's log-probs, so a teacher
+  with the student's weights yields an advantage of exactly zero up to the sampler-vs-trainer
+  numerical difference (tested). One packed forward per micro-batch of ``micro_batch_tokens``.
+
+What a url teacher is sent (OpenAI legacy completions, as vLLM implements it; one request per
+rollout, a few in flight at a time)::
+
+    POST {url}/completions  {"model": M, "prompt": [token ids], "max_tokens": 1, "echo": true,
+                             "logprobs": 0, "temperature": 1.0, "return_tokens_as_token_ids": true}
+
+and reads ``choices[0].logprobs.token_logprobs[t]`` = log π_teacher(ids[t] | ids[:t]) at every
+sampled position t (entry 0 is null: the first token has no context; the one generated token at
+the end is ignored). vLLM reports raw (temperature-1) prompt log-probs, so url teachers need
+``rollout.temperature: 1`` (checked).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable, Protocol, Sequence
+
+from pydantic import Field, model_validator
+
+from posttrain.config import ConfigError, StrictModel
+from posttrain.errors import UserError
+
+
+class TokenizerMismatch(UserError, ValueError):
+    pass
+
+
+# --------------------------------------------------------------------------- config
+
+
+class TeacherSpec(StrictModel):
+    name: str
+    """How metrics and the ``default`` field refer to this teacher."""
+    model: str | None = None
+    """Model spec as ``load_model`` takes it: embedded, tiny-llama, or an HF directory (a run's
+    ``best`` or ``checkpoints/step_N``)."""
+    url: str | None = None
+    """OpenAI-compatible server with prompt log-probs (vLLM): ``http://host:8000/v1`` or
+    ``http://host:8000/v1#model-name``."""
+    domains: list[str] = Field(default_factory=list)
+    """RL environment names whose rollouts this teacher scores."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "TeacherSpec":
+        if (self.model is None) == (self.url is None):
+            raise ValueError(f"teacher {self.name!r}: give exactly one of model (local weights) or url (a server)")
+        return self
+
+    @property
+    def key(self) -> str:
+        """Where the weights are: teachers with the same key share one loaded model."""
+        if self.url is not None:
+            return "url:" + self.url.rstrip("/")
+        p = Path(self.model).expanduser()  # type: ignore[arg-type]
+        return "model:" + (os.path.realpath(p) if p.exists() else str(self.model))
+
+
+class TeachersConfig(StrictModel):
+    models: list[TeacherSpec] = Field(default_factory=list)
+    """The teachers; each domain may be owned by at most one."""
+    default: str | None = None
+    """Teacher for environments no teacher owns (None: every environment must be owned)."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "TeachersConfig":
+        names = [t.name for t in self.models]
+        if len(set(names)) != len(names):
+            raise ValueError(f"teacher names must be unique, got {names}")
+        if self.default is not None and self.default not in names:
+            raise ValueError(f"default teacher {self.default!r} is not one of the teachers {names}")
+        owner: dict[str, str] = {}
+        for t in self.models:
+            for d in t.domains:
+                if d in owner:
+                    raise ValueError(f"domain {d!r} is owned by two teachers: {owner[d]!r} and {t.name!r}")
+                owner[d] = t.name
+        return self
+
+    def routes(self) -> dict[str, str]:
+        """Domain (environment name) → teacher name, for the owned domains."""
+        return {d: t.name for t in self.models for d in t.domains}
+
+    def teacher_for(self, env: str) -> str:
+        name = self.routes().get(env, self.default)
+        if name is None:
+            raise ConfigError(f"no teacher owns environment {env!r} and teachers.default is not set")
+        return name
+
+    def check_envs(self, envs: Sequence[str]) -> None:
+        """Every environment has a teacher; every owned domain is an environment of the run."""
+        if not self.models:
+            raise ConfigError("teachers.models is empty: distillation needs at least one teacher")
+        unknown = sorted(set(self.routes()) - set(envs))
+        if unknown:
+            raise ConfigError(f"teachers own domains {unknown} that are not environments of this run ({list(envs)}); "
+                              "domains are the names under envs[].name")
+        for e in envs:
+            self.teacher_for(e)
+
+
+# --------------------------------------------------------------------------- teacher backends
+
+
+class Teacher(Protocol):
+    """Scores token sequences: per sequence, log π_teacher at its mask-1 positions, in order."""
+
+    def score(self, token_ids: Sequence[Sequence[int]], loss_masks: Sequence[Sequence[int]]) -> list[list[float]]: ...
+
+
+class LocalTeacher:
+    """Weights in this process; scored with the trainer's packed log-prob routine, no grad."""
+
+    def __init__(self, model: Any, temperature: float, micro_batch_tokens: int, pad_id: int) -> None:
+        from posttrain.train.sft import is_hybrid
+
+        self.model = model.eval()
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        self.temperature = temperature
+        self.micro_batch_tokens = micro_batch_tokens
+        self.pack = not is_hybrid(model)  # a Mamba state would leak across a packed row
+        self.pad_id = pad_id
+
+    def score(self, token_ids: Sequence[Sequence[int]], loss_masks: Sequence[Sequence[int]]) -> list[list[float]]:
+        import torch
+
+        from posttrain.train.logprobs import micro_batches, sampled_logprobs
+
+        out: list[list[float]] = [[] for _ in token_ids]
+        with torch.inference_mode():
+            for mb in micro_batches([len(s) for s in token_ids], self.micro_batch_tokens, self.pack):
+                lps = sampled_logprobs(self.model, [token_ids[i] for i in mb], [loss_masks[i] for i in mb],
+                                       self.temperature, self.pack, self.pad_id)
+                for i, lp in zip(mb, lps):
+                    out[i] = lp.float().cpu().tolist()
+        return out
+
+
+class RemoteTeacher:
+    """An OpenAI-compatible completions server that echoes prompt log-probs (see module docstring)."""
+
+    def __init__(self, spec: str, *, client: Any = None, max_concurrency: int = 8, timeout_s: float = 600.0,
+                 max_retries: int = 3) -> None:
+        import httpx
+
+        url, _, model = spec.partition("#")
+        self.base_url = url.rstrip("/")
+        self._model = model or None
+        self.max_concurrency = max_concurrency
+        self.max_retries = max_retries
+        self._client = client or httpx.Client(timeout=httpx.Timeout(timeout_s, connect=10.0))
+
+    def _request(self, method: str, url: str, body: Any = None) -> Any:
+        from posttrain.rollout.openai_compat import request_json
+
+        return request_json(self._client, method, url, json_body=body, max_retries=self.max_retries)
+
+    @property
+    def model(self) -> str:
+        if self._model is None:
+            from posttrain.rollout.openai_compat import RemoteCallError
+
+            listed = self._request("GET", f"{self.base_url}/models").get("data") or []
+            if not listed:
+                raise RemoteCallError(f"GET {self.base_url}/models lists no model; give one as URL#model")
+            self._model = str(listed[0]["id"])
+        return self._model
+
+    def tokenize(self, text: str) -> list[int] | None:
+        """The server's token ids for ``text`` (vLLM's ``/tokenize`` at the server root), or None when
+        the server has no such endpoint."""
+        from posttrain.rollout.openai_compat import RemoteCallError
+
+        root = self.base_url[: -len("/v1")] if self.base_url.endswith("/v1") else self.base_url
+        try:
+            resp = self._request("POST", f"{root}/tokenize",
+                                 {"model": self.model, "prompt": text, "add_special_tokens": False})
+        except RemoteCallError as e:
+            if "HTTP 404" in str(e) or "HTTP 405" in str(e):
+                return None
+            raise
+        return [int(t) for t in resp["tokens"]]
+
+    def _score_one(self, ids: Sequence[int], mask: Sequence[int]) -> list[float]:
+        from posttrain.rollout.openai_compat import RemoteCallError
+
+        body = {"model": self.model, "prompt": list(ids), "max_tokens": 1, "echo": True, "logprobs": 0,
+                "temperature": 1.0, "return_tokens_as_token_ids": True}
+        resp = self._request("POST", f"{self.base_url}/completions", body)
+        try:
+            lp = resp["choices"][0]["logprobs"]
+            token_logprobs = lp["token_logprobs"]
+        except (KeyError, IndexError, TypeError):
+            raise RemoteCallError(f"POST {self.base_url}/completions gave no echoed logprobs (does the server "
+                                  f"support echo with logprobs?): {str(resp)[:300]}") from None
+        if len(token_logprobs) < len(ids):
+            raise RemoteCallError(f"{self.base_url}: {len(token_logprobs)} echoed log-probs for a {len(ids)}-token prompt")
+        echoed = lp.get("tokens") or []
+        if echoed and all(str(t).startswith("token_id:") for t in echoed[: len(ids)]):
+            got = [int(str(t)[len("token_id:"):]) for t in echoed[: len(ids)]]
+            if got != list(ids):
+                raise TokenizerMismatch(f"teacher server {self.base_url} echoed different token ids than it was "
+                                        "sent: it does not use the student's tokenizer")
+        return [float(token_logprobs[t]) for t, m in enumerate(mask) if m]
+
+    def score(self, token_ids: Sequence[Sequence[int]], loss_masks: Sequence[Sequence[int]]) -> list[list[float]]:
+        if not token_ids:
+            return []
+        _ = self.model  # resolve once, before the threads race to
+        with ThreadPoolExecutor(max(1, min(self.max_concurrency, len(token_ids)))) as pool:
+            return list(pool.map(self._score_one, token_ids, loss_masks))
+
+
+# --------------------------------------------------------------------------- tokenizer check
+
+PROBE_TEXT = "<|im_start|>user\nWhat is 12 + 30? Answer in JSON: {\"answer\": 42}<|im_end|>\n"
+
+
+def compare_tokenizers(student: Any, teacher: Any, teacher_name: str) -> None:
+    """Raise :class:`TokenizerMismatch` unless both map every token to the same id and stop alike."""
+    vs, vt = student.get_vocab(), teacher.get_vocab()
+    if vs != vt:
+        only_s = sorted(set(vs.items()) - set(vt.items()), key=lambda kv: kv[1])[:3]
+        only_t = sorted(set(vt.items()) - set(vs.items()), key=lambda kv: kv[1])[:3]
+        raise TokenizerMismatch(
+            f"teacher {teacher_name!r} uses a different tokenizer than the student ({len(vt)} vs {len(vs)} "
+            f"tokens; e.g. student has {only_s}, teacher has {only_t}). On-policy distillation compares "
+            "log-probs of the same token ids: use a teacher trained from the student's base model family")
+    if student.eos_token != teacher.eos_token:
+        raise TokenizerMismatch(f"teacher {teacher_name!r} stops on {teacher.eos_token!r} but the student on "
+                                f"{student.eos_token!r}: use teachers with the student's tokenizer")
+
+
+# --------------------------------------------------------------------------- the pool
+
+
+class TeacherPool:
+    """Routes rollouts to teachers and fills ``batch.teacher_logprobs_BT`` (the ``scorer`` hook).
+
+    ``loader(spec) -> (model, tokenizer)`` is ``load_model`` by default; tests count its calls.
+    """
+
+    def __init__(self, cfg: TeachersConfig, student_tokenizer: Any, temperature: float = 1.0,
+                 micro_batch_tokens: int = 4096, loader: Callable[[str], tuple[Any, Any]] | None = None,
+                 remote_kwargs: dict[str, Any] | None = None) -> None:
+        self.cfg = cfg
+        self.specs = {t.name: t for t in cfg.models}
+        self.tokenizer = student_tokenizer
+        self.temperature = temperature
+        self.micro_batch_tokens = micro_batch_tokens
+        self.loader = loader or _load_local
+        self.remote_kwargs = remote_kwargs or {}
+        self.loaded: dict[str, Teacher] = {}  # key → backend, filled on first use
+        if temperature != 1.0 and any(t.url for t in cfg.models):
+            raise ConfigError("url teachers report temperature-1 prompt log-probs; set rollout.temperature=1 "
+                              "or serve the teacher locally (teachers.models[].model)")
+
+    def route(self, env: str) -> str:
+        return self.cfg.teacher_for(env)
+
+    def teacher(self, name: str) -> Teacher:
+        """The backend of teacher ``name``, loaded on first use and shared by equal keys."""
+        spec = self.specs[name]
+        if spec.key not in self.loaded:
+            if spec.url is not None:
+                self.loaded[spec.key] = RemoteTeacher(spec.url, **self.remote_kwargs)
+            else:
+                model, tok = self.loader(spec.model)  # type: ignore[arg-type]
+                compare_tokenizers(self.tokenizer, tok, name)
+                pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+                self.loaded[spec.key] = LocalTeacher(model, self.temperature, self.micro_batch_tokens, pad)
+        return self.loaded[spec.key]
+
+    def check_tokenizers(self) -> None:
+        """Compare every teacher's tokenizer with the student's before any weights are loaded."""
+        from posttrain.models.loading import load_tokenizer
+
+        for spec in self.cfg.models:
+            if spec.model is not None:
+                compare_tokenizers(self.tokenizer, load_tokenizer(spec.model), spec.name)
+                continue
+            remote = self.teacher(spec.name)
+            want = self.tokenizer(PROBE_TEXT, add_special_tokens=False)["input_ids"]
+            got = remote.tokenize(PROBE_TEXT)  # type: ignore[attr-defined]
+            if got is None:
+                print(f"[distill] warning: teacher {spec.name!r} ({spec.url}) has no /tokenize endpoint; its "
+                      "tokenizer is only checked against echoed token ids while scoring")
+            elif got != want:
+                raise TokenizerMismatch(f"teacher {spec.name!r} ({spec.url}) tokenizes a probe text differently "
+                                        f"from the student ({got[:8]}... vs {want[:8]}...): it needs the "
+                                        "student's tokenizer")
+
+    def __call__(self, rollouts: Sequence[Any], batch: Any) -> dict[str, float]:
+        """Fill ``batch.teacher_logprobs_BT`` for the rollouts still in the batch; return metrics.
+
+        Row b of the batch is rollout b; its T axis holds the rollout's sampled tokens in order.
+        Rollouts masked out by a filter are not scored (their row stays 0).
+        """
+        import torch
+
+        t0 = time.perf_counter()
+        teacher_BT = torch.zeros_like(batch.mask_BT, dtype=torch.float32)
+        valid = batch.mask_BT.bool().any(dim=1).tolist()
+        by_key: dict[str, list[int]] = defaultdict(list)
+        for b, r in enumerate(rollouts):
+            if valid[b]:
+                by_key[self.specs[self.route(r.env)].key].append(b)
+        for key, rows in by_key.items():
+            name = next(n for n, s in self.specs.items() if s.key == key)
+            lps = self.teacher(name).score([rollouts[b].token_ids for b in rows],
+                                           [rollouts[b].loss_mask for b in rows])
+            for b, lp in zip(rows, lps):
+                teacher_BT[b, : len(lp)] = torch.tensor(lp, dtype=torch.float32)
+        batch.teacher_logprobs_BT = teacher_BT
+        seconds = time.perf_counter() - t0
+
+        mask_BT = batch.mask_BT.bool()
+        n_tokens = int(mask_BT.sum())
+        metrics: dict[str, float] = {"time_teacher_s": seconds, "teacher_tokens": float(n_tokens),
+                                     "teacher_models_loaded": float(len(self.loaded))}
+        if n_tokens:
+            metrics["teacher_tokens_per_s"] = n_tokens / max(seconds, 1e-9)
+            gap_BT = (batch.sampler_logprobs_BT.float() - teacher_BT) * mask_BT  # log πS − log πT per token
+            metrics["mopd_gap"] = float(gap_BT.sum()) / n_tokens
+            envs = [r.env for r in rollouts]
+            for env in sorted(set(envs)):
+                rows_B = torch.tensor([e == env for e in envs])
+                n = int(mask_BT[rows_B].sum())
+                if n:
+                    metrics[f"mopd_gap/{env}"] = float(gap_BT[rows_B].sum()) / n
+        return metrics
+
+
+def _load_local(spec: str) -> tuple[Any, Any]:
+    from posttrain.models.loading import load_model
+
+    loaded = load_model(spec)
+    return loaded.model, loaded.tokenizer
