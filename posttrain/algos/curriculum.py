@@ -137,12 +137,14 @@ class GaussianCurriculum:
     """Per-domain sampling near a target pass rate that moves from easy to hard."""
 
     def __init__(
-        self, profile: Iterable[TaskProfile], mean_start: float = 0.8, mean_end: float = 0.2, std: float = 0.15
+        self, profile: Iterable[TaskProfile], mean_start: float = 0.8, mean_end: float = 0.2, std: float = 0.15,
+        drop_solved: bool = True,
     ) -> None:
         if std <= 0:
             raise ValueError(f"std must be > 0, got {std}")
         rows = list(profile)
-        kept = [r for r in rows if r.pass_rate < 1.0]  # already solved every time: no signal
+        # already solved every time: no signal (kept only when a domain would run out of tasks)
+        kept = [r for r in rows if r.pass_rate < 1.0 or not drop_solved]
         self.n_solved_dropped = len(rows) - len(kept)
         self.mean_start, self.mean_end, self.std = mean_start, mean_end, std
         by = _by_domain(kept)
@@ -152,6 +154,10 @@ class GaussianCurriculum:
 
     def domains(self) -> list[str]:
         return sorted(self._ids)
+
+    def sizes(self) -> dict[str, int]:
+        """Tasks left to sample per domain."""
+        return {d: len(ids) for d, ids in self._ids.items()}
 
     def log_weights(self, domain: str, progress: float) -> np.ndarray:
         mu = target_mean(progress, self.mean_start, self.mean_end)
@@ -226,10 +232,18 @@ class DomainMixSampler:
 
     def sample(self, batch_size: int, step: int, progress: float) -> list[tuple[str, str]]:
         """``(domain, task_id)`` pairs for training step ``step``, grouped by domain."""
-        rng = np.random.default_rng([self.seed, step])
+        return self.sample_counts(self.counts(batch_size), step, progress)
+
+    def sample_counts(self, counts: Mapping[str, int], step: int, progress: float,
+                      round: int = 0) -> list[tuple[str, str]]:
+        """Given counts per domain; ``round`` > 0 draws the refills of a step from their own stream
+        (a refill may repeat a task already in the step: each draw is without replacement only
+        within itself)."""
+        rng = np.random.default_rng([self.seed, step] + ([round] if round else []))
         out: list[tuple[str, str]] = []
-        for domain, n in self.counts(batch_size).items():
-            out += [(domain, t) for t in self.sampler.sample(domain, n, progress, rng)]
+        for domain, n in counts.items():
+            if n:
+                out += [(domain, t) for t in self.sampler.sample(domain, n, progress, rng)]
         return out
 
 

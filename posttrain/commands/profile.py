@@ -1,6 +1,14 @@
 """``posttrain profile``: the pass-rate profile the RL curriculum samples from (RECIPE.md §2).
 
     posttrain profile --model runs/sft/final --env math --env mcq --n 256 --k 8 --out profile.jsonl
+    posttrain profile --config recipes/rl.yaml --k 8 --out runs/rl/profile.jsonl   # the RL run's pools
+
+With ``--config`` (an RL recipe, plus ``key=value`` overrides) the environments, their constructor
+arguments, pool sizes and seeds, the temperature, token limit, reasoning mode and model come from
+that recipe, so the profile's task ids are exactly the run's training pool; ``--env``, ``--n``,
+``--seed``, ``--temperature``, ``--max-new-tokens``, ``--no-think`` are then not used (``--model``
+still overrides the recipe's model). The RL stage's automatic re-profiling calls the same
+:func:`profile_envs` on its live policy.
 
 For each environment, samples ``k`` rollouts (temperature 1 by default: the distribution RL will
 sample from) on each of the first ``n`` training tasks drawn with ``--seed``, grades them, and
@@ -23,8 +31,11 @@ from posttrain.errors import UserError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--env", action="append", required=True, metavar="NAME", help="environment (repeatable)")
-    p.add_argument("--model", default="embedded", help="model spec or checkpoint directory (default embedded)")
+    p.add_argument("--config", "-c", help="RL recipe whose envs / pools / sampling settings to profile (see above)")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides of --config")
+    p.add_argument("--env", action="append", metavar="NAME", help="environment (repeatable; without --config)")
+    p.add_argument("--model", default=None, help="model spec or checkpoint directory (default: the recipe's, "
+                                                  "else embedded)")
     p.add_argument("--out", required=True, help="profile JSONL to write")
     p.add_argument("--n", type=int, default=256, help="training tasks per environment (= envs[].train_tasks)")
     p.add_argument("--k", type=int, default=8, help="samples per task (default 8)")
@@ -56,30 +67,69 @@ def describe(env_name: str, rows: Sequence[Any]) -> str:
             f"dropped by the curriculum), never solved {never} ({never / n:.0%})")
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.n < 1 or args.k < 1:
-        raise UserError("--n and --k must be >= 1")
-    if args.temperature <= 0:
-        raise UserError("--temperature must be > 0: a greedy profile has pass rates of only 0 or 1")
+def profile_envs(generator: Any, envs: dict[str, Any], pools: Sequence[tuple[str, int, int]], k: int,
+                 temperature: float, max_new_tokens: int, reasoning: bool, max_turns: int,
+                 progress: bool = True, out: str | None = None) -> list[Any]:
+    """Profile ``(env name, n train tasks, task seed)`` pools with ``k`` samples per task.
+
+    Prints one summary line per environment; with ``out``, rewrites the JSONL after each
+    environment so a late failure keeps the finished ones.
+    """
     from tqdm.auto import tqdm
 
     from posttrain.algos.curriculum import write_profile
     from posttrain.eval.evaluate import evaluate
+
+    rows: list[Any] = []
+    for name, n, seed in pools:
+        with tqdm(total=n * k, desc=f"profile {name}", unit="rollout", disable=not progress) as bar:
+            result = evaluate(generator, envs[name], split="train", n_tasks=n, k=k, temperature=temperature,
+                              max_new_tokens=max_new_tokens, seed=seed, reasoning=reasoning, max_turns=max_turns,
+                              progress=bar)
+        mine = profile_rows(name, result.tasks)
+        print(describe(name, mine))
+        rows += mine
+        if out:
+            write_profile(out, rows)
+    return rows
+
+
+def _run_from_config(args: argparse.Namespace) -> int:
+    from posttrain.config import load_config
+    from posttrain.rollout.hf import HFGenerator
+    from posttrain.train.rl import RLConfig, build_envs
+
+    cfg = load_config(RLConfig, args.config, args.overrides)
+    r = cfg.rollout
+    generator = HFGenerator.from_spec(args.model or cfg.model, batch_size=r.batch_size, num_threads=args.threads)
+    envs = build_envs(cfg.envs)
+    rows = profile_envs(generator, envs, [(s.name, s.train_tasks, s.task_seed) for s in cfg.envs], args.k,
+                        r.temperature, r.max_new_tokens, r.reasoning, r.max_turns, not args.no_progress, args.out)
+    print(f"wrote {args.out} ({len(rows)} tasks)")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.k < 1:
+        raise UserError("--k must be >= 1")
+    if args.config:
+        return _run_from_config(args)
+    if args.overrides:
+        raise UserError(f"key=value overrides ({args.overrides[0]}) need --config")
+    if not args.env:
+        raise UserError("name the environments with --env NAME (repeatable), or give an RL recipe with --config")
+    if args.n < 1:
+        raise UserError("--n and --k must be >= 1")
+    if args.temperature <= 0:
+        raise UserError("--temperature must be > 0: a greedy profile has pass rates of only 0 or 1")
     from posttrain.eval.run import build_env, env_names, make_eval_judge
     from posttrain.rollout.hf import HFGenerator
 
     names = env_names(args.env)
-    generator = HFGenerator.from_spec(args.model, batch_size=args.batch_size, num_threads=args.threads)
+    generator = HFGenerator.from_spec(args.model or "embedded", batch_size=args.batch_size, num_threads=args.threads)
     judge = make_eval_judge(args.judge, generator)
-    rows: list[Any] = []
-    for name in names:
-        with tqdm(total=args.n * args.k, desc=f"profile {name}", unit="rollout", disable=args.no_progress) as bar:
-            result = evaluate(generator, build_env(name, judge), split="train", n_tasks=args.n, k=args.k,
-                              temperature=args.temperature, max_new_tokens=args.max_new_tokens, seed=args.seed,
-                              reasoning=not args.no_think, max_turns=args.max_turns, progress=bar)
-        mine = profile_rows(name, result.tasks)
-        print(describe(name, mine))
-        rows += mine
-        write_profile(args.out, rows)  # after each environment: a late failure keeps the finished ones
+    envs = {name: build_env(name, judge) for name in names}
+    rows = profile_envs(generator, envs, [(name, args.n, args.seed) for name in names], args.k, args.temperature,
+                        args.max_new_tokens, not args.no_think, args.max_turns, not args.no_progress, args.out)
     print(f"wrote {args.out} ({len(rows)} tasks)")
     return 0

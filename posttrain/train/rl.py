@@ -37,15 +37,17 @@ Departures from the paper, and why:
   forward pass; the token-normalisation denominator still counts its tokens, so the update is the
   same as training on it (tested). The KL term is not supported (it would need a reference model
   and would make such rollouts count).
-* **Dynamic filtering without resampling.** Dropped groups are counted, not replaced by fresh ones
-  (DAPO resamples): resampling costs generation time that a CPU run cannot spare. A rising
-  ``groups_dropped`` says the curriculum is too easy or too hard.
+* **Dynamic filtering resamples only on request.** Dropped groups are counted; with
+  ``algo.refill_rounds: N`` up to N extra rounds replace them with fresh tasks of the same
+  environments until the step has P informative groups (DAPO). Off by default: on a CPU each round
+  costs a generation pass. A rising ``groups_dropped`` says the curriculum is too easy or too hard.
 * **No load-balancing loss in RL.** Its gradient would go to the frozen routers and the backbone;
   the recipe only keeps the bias updates.
 * **Mixing unit = environment.** Shares (and the profile's ``domain`` field) are per environment,
   since two environments may share a domain (workplace and banking are both tool use).
-* **No automatic re-profiling** yet: ``pass_rate_gain`` (batch pass rate − the profiled pass rate of
-  the batch's tasks) is logged, the signal ``PlateauDetector`` would watch.
+* **Re-profiling by a rule in numbers** (``curriculum.reprofile``, off by default): see
+  ``ReprofileConfig``. The profiles go to ``<run_dir>/profiles/step_NNNNNN.jsonl``; the resume state
+  records which one is live.
 * Scale: 128 prompts × 16 rollouts and 49K tokens in the paper; the recipe's CPU numbers are small.
 
 Metrics per step (``metrics.jsonl``): ``reward``, ``pass_rate`` (reward ≥ 1) overall and per
@@ -96,6 +98,25 @@ class EnvSpec(StrictModel):
     """Validation tasks (greedy, one sample each); 0 leaves the environment out of validation."""
 
 
+class ReprofileConfig(StrictModel):
+    """When to re-profile (the paper gives no numbers; docs/rl.md explains these).
+
+    Watched value: ``pass_rate_gain`` = batch pass rate − the profiled pass rate of the batch's
+    tasks. Fire when the mean of the last ``window`` steps is less than ``min_delta`` above the mean
+    of the ``window`` before, and at least ``max(min_steps, 2·window)`` steps have passed since the
+    last profile. Then the live policy profiles the same pools (``k`` samples per task), the
+    curriculum is rebuilt from that profile, and its target mean restarts at ``mean_start`` and
+    moves to ``mean_end`` over the remaining steps.
+    """
+
+    enabled: bool = False
+    k: int = Field(4, ge=1)
+    """Samples per task when re-profiling."""
+    window: int = Field(5, ge=1)
+    min_delta: float = 0.02
+    min_steps: int = Field(10, ge=0)
+
+
 class CurriculumConfig(StrictModel):
     kind: Literal["gaussian", "random"] = "gaussian"
     """gaussian needs ``profile``; random (the paper's baseline) samples the pool uniformly."""
@@ -107,6 +128,8 @@ class CurriculumConfig(StrictModel):
     """Target pass rate at the end of training (hard)."""
     std: float = Field(0.15, gt=0)
     """Width of the Gaussian around the target."""
+    reprofile: ReprofileConfig = Field(default_factory=ReprofileConfig)
+    """Automatic re-profiling when progress plateaus (gaussian curriculum only)."""
 
 
 class RolloutConfig(StrictModel):
@@ -144,6 +167,10 @@ class AlgoConfig(StrictModel):
     """Drop rollouts cut by the length limit instead of scoring them."""
     dynamic_filter: bool = True
     """Drop groups whose rewards are all equal (zero advantage), and count them."""
+    refill_rounds: int = Field(0, ge=0)
+    """With the dynamic filter: up to this many extra sampling rounds per step, each replacing the
+    dropped groups with fresh tasks of the same environments (DAPO's resampling); 0 trains on the
+    short batch."""
     skip_zero_advantage: bool = True
     """Leave rollouts with an all-zero advantage out of the forward/backward (same update, less work)."""
 
@@ -225,7 +252,7 @@ def build_envs(specs: list[EnvSpec]) -> dict[str, Any]:
 
 def build_sampler(cfg: RLConfig, pools: dict[str, dict[str, Any]]) -> tuple[Any, Any]:
     """(DomainMixSampler, the curriculum or None) over the environments' training pools."""
-    from posttrain.algos.curriculum import DomainMixSampler, GaussianCurriculum, RandomSampler, read_profile
+    from posttrain.algos.curriculum import DomainMixSampler, RandomSampler, read_profile
 
     ratios = {s.name: s.ratio for s in cfg.envs}
     cur = cfg.curriculum
@@ -240,13 +267,29 @@ def build_sampler(cfg: RLConfig, pools: dict[str, dict[str, Any]]) -> tuple[Any,
                           "pools; profile with the same --n and --seed as envs[].train_tasks / task_seed")
     if cur.kind == "random":
         return DomainMixSampler(RandomSampler.from_profile(rows), ratios, cfg.train.seed), None
+    return curriculum_sampler(cfg, rows)
+
+
+def curriculum_sampler(cfg: "RLConfig", rows: list[Any]) -> tuple[Any, Any]:
+    """(DomainMixSampler, GaussianCurriculum) from profile rows. Tasks at pass rate 1.0 are dropped,
+    unless that leaves an environment fewer tasks than its share of a batch (then all are kept)."""
+    from posttrain.algos.curriculum import DomainMixSampler, GaussianCurriculum, largest_remainder
+
+    cur, ratios = cfg.curriculum, {s.name: s.ratio for s in cfg.envs}
     curriculum = GaussianCurriculum(rows, cur.mean_start, cur.mean_end, cur.std)
+    need = largest_remainder(ratios, cfg.rollout.prompts_per_step)
+    short = [n for n, k in need.items() if curriculum.sizes().get(n, 0) < k]
+    if short:
+        print(f"[rl] curriculum: {', '.join(short)} would have fewer unsolved tasks than a batch needs; "
+              "keeping the always-solved tasks in the pool")
+        curriculum = GaussianCurriculum(rows, cur.mean_start, cur.mean_end, cur.std, drop_solved=False)
     return DomainMixSampler(curriculum, ratios, cfg.train.seed), curriculum
 
 
 def collect_rollouts(generator: Any, envs: dict[str, Any], picks: list[tuple[str, Any]], cfg: RolloutConfig,
-                     seed: int) -> tuple[list[Rollout], float, float]:
-    """Sample G rollouts for each picked (env, task) and grade them: (rollouts, generate s, verify s)."""
+                     seed: int, group_offset: int = 0) -> tuple[list[Rollout], float, float]:
+    """Sample G rollouts for each picked (env, task) and grade them: (rollouts, generate s, verify s).
+    Rollouts answering ``picks[i]`` get group ``group_offset + i``."""
     from posttrain.rollout.base import SamplingParams
     from posttrain.rollout.multiturn import run_episodes
 
@@ -264,12 +307,56 @@ def collect_rollouts(generator: Any, envs: dict[str, Any], picks: list[tuple[str
         for i, traj in enumerate(trajectories):  # task-major: the G episodes of task 0, then task 1, ...
             reward = env.verify(traj.task, traj.messages).reward
             out.append(Rollout(
-                name, traj.task.id, mine[i // cfg.group_size][0], traj.token_ids, traj.loss_mask,
+                name, traj.task.id, group_offset + mine[i // cfg.group_size][0], traj.token_ids, traj.loss_mask,
                 [lp for lp, m in zip(traj.logprobs, traj.loss_mask) if m], traj.finish_reason, reward,
             ))
         t_gen += t1 - t0
         t_ver += time.perf_counter() - t1
     return out, t_gen, t_ver
+
+
+def informative_groups(rollouts: list[Rollout], overlong_filter: bool) -> tuple[list[int], list[int]]:
+    """(groups whose rewards differ, the other groups), by group id in first-seen order; overlong
+    rollouts do not count when the overlong filter will drop them."""
+    from posttrain.algos.filters import group_is_informative
+
+    rewards: dict[int, list[float]] = {}
+    for r in rollouts:
+        rs = rewards.setdefault(r.group, [])
+        if not (overlong_filter and r.finish_reason in TRUNCATED):
+            rs.append(r.reward)
+    good = [g for g, rs in rewards.items() if group_is_informative(rs)]
+    return good, [g for g in rewards if g not in set(good)]
+
+
+def refill(generator: Any, envs: dict[str, Any], pools: dict[str, dict[str, Any]], mix: Any,
+           picks: list[tuple[str, Any]], rollouts: list[Rollout], cfg: "RLConfig", step: int,
+           progress: float) -> tuple[list[Rollout], list[tuple[str, Any]], dict[str, float]]:
+    """Replace the step's uninformative groups with fresh tasks of the same environments, for up to
+    ``algo.refill_rounds`` rounds, until P groups are informative; surplus informative groups of
+    the last round are discarded. Returns (rollouts, picks, stats)."""
+    from posttrain.rollout.hf import row_seed
+
+    P = cfg.rollout.prompts_per_step
+    stats = {"refill_groups": 0.0, "time_generate_s": 0.0, "time_verify_s": 0.0}
+    for rnd in range(1, cfg.algo.refill_rounds + 1):
+        good, bad = informative_groups(rollouts, cfg.algo.overlong_filter)
+        short = P - len(good)
+        if short <= 0:
+            break
+        counts: dict[str, int] = {}
+        for g in bad[:short]:
+            counts[picks[g][0]] = counts.get(picks[g][0], 0) + 1
+        extra = [(e, pools[e][t]) for e, t in mix.sample_counts(counts, step, progress, round=rnd)]
+        new, t_gen, t_ver = collect_rollouts(generator, envs, extra, cfg.rollout,
+                                             row_seed(cfg.train.seed, "rl", step, rnd), group_offset=len(picks))
+        picks, rollouts = picks + extra, rollouts + new
+        stats["refill_groups"] += len(extra)
+        stats["time_generate_s"] += t_gen
+        stats["time_verify_s"] += t_ver
+    good, _ = informative_groups(rollouts, cfg.algo.overlong_filter)
+    surplus = set(good[P:])
+    return [r for r in rollouts if r.group not in surplus], picks, stats
 
 
 def score_rollouts(rollouts: list[Rollout], algo: AlgoConfig) -> tuple[Any, dict[str, float]]:
@@ -379,7 +466,8 @@ def validate(generator: Any, envs: dict[str, Any], cfg: RLConfig) -> dict[str, f
 
 
 def plot_metrics(run_dir: Path) -> Path | None:
-    """``rewards.png``: batch reward and pass rate per environment, and validation reward, by step."""
+    """``rewards.png``: batch reward and pass rate per environment, validation reward, and (with a
+    curriculum) the target vs the batch pass rate with the re-profiling steps, by step."""
     from posttrain.train.metrics import read_metrics
 
     rows = read_metrics(run_dir)
@@ -391,7 +479,22 @@ def plot_metrics(run_dir: Path) -> Path | None:
     import matplotlib.pyplot as plt
 
     panels = [("reward", "batch reward"), ("pass_rate", "batch pass rate"), ("val_reward", "validation (greedy)")]
-    fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
+    curriculum = any("curriculum_target" in r for r in rows)
+    fig, axes = plt.subplots(1, 3 + curriculum, figsize=(14 + 4.5 * curriculum, 3.8))
+    if curriculum:  # what the sampler aimed at vs what the batches got, and the re-profiles
+        ax = axes[3]
+        for k, label in (("curriculum_target", "target pass rate"), ("pass_rate", "batch pass rate"),
+                         ("pass_rate_gain", "gain over profile")):
+            pts = [(r["step"], r[k]) for r in rows if k in r]
+            if pts:
+                ax.plot(*zip(*pts), label=label, lw=1.5)
+        for r in rows:
+            if r.get("reprofiled"):
+                ax.axvline(r["step"], color="grey", ls="--", lw=1)
+        ax.axhline(0, color="black", lw=0.5)
+        ax.set_title("curriculum (dashed: re-profiled)")
+        ax.set_xlabel("step")
+        ax.legend(fontsize=7)
     for ax, (prefix, title) in zip(axes, panels):
         keys = sorted({k for r in rows for k in r if k == prefix or k.startswith(prefix + "/")})
         for k in keys:
@@ -456,6 +559,8 @@ def train_rl(cfg: RLConfig, progress: bool = True, stop_after: int | None = None
     from tqdm.auto import tqdm
 
     from posttrain.algos.advantages import make_advantage
+    from posttrain.algos.curriculum import PlateauDetector, read_profile, target_mean
+    from posttrain.commands.profile import profile_envs
     from posttrain.algos.losses import make_loss
     from posttrain.config import save_config
     from posttrain.models import moe as moe_lib
@@ -479,6 +584,10 @@ def train_rl(cfg: RLConfig, progress: bool = True, stop_after: int | None = None
     envs = build_envs(cfg.envs)
     pools = {s.name: {t.id: t for t in envs[s.name].tasks("train", s.train_tasks, s.task_seed)} for s in cfg.envs}
     mix, curriculum = build_sampler(cfg, pools)
+    rp = cfg.curriculum.reprofile
+    # the live curriculum phase: which profile, from which step its target mean moves start → end
+    phase: dict[str, Any] = {"profile": cfg.curriculum.profile, "start": 0, "plateau": []}
+    detector = PlateauDetector(rp.window, rp.min_delta, rp.min_steps) if curriculum and rp.enabled else None
 
     resume_from = latest_checkpoint(run_dir)
     loaded = load_model(cfg.model, seed=cfg.train.seed)
@@ -506,6 +615,11 @@ def train_rl(cfg: RLConfig, progress: bool = True, stop_after: int | None = None
         opt.load_state_dict(st["optimizer"])
         set_rng_state(st["rng"])
         start, best = st["step"], st["best"]
+        phase = st.get("phase", phase)
+        if curriculum is not None and phase["profile"] != cfg.curriculum.profile:  # re-profiled before the kill
+            mix, curriculum = curriculum_sampler(cfg, read_profile(phase["profile"]))
+        if detector is not None:
+            detector.values = list(phase["plateau"])
         truncate_metrics(run_dir, start)
         print(f"[rl] resuming from {resume_from} (step {start}/{cfg.train.steps})")
     log = MetricsLogger(run_dir, cfg.train.tensorboard, cfg.train.wandb_project, cfg.model_dump(mode="json"))
@@ -524,7 +638,9 @@ def train_rl(cfg: RLConfig, progress: bool = True, stop_after: int | None = None
         return val
 
     def checkpoint(step: int) -> Path:
-        state = {"optimizer": opt.state_dict(), "rng": rng_state(), "best": dict(best)}
+        if detector is not None:
+            phase["plateau"] = list(detector.values)
+        state = {"optimizer": opt.state_dict(), "rng": rng_state(), "best": dict(best), "phase": dict(phase)}
         path = save_checkpoint(run_dir, step, model, tok, state, cfg.train.keep_last)
         if cfg.train.plot:
             plot_metrics(run_dir)
@@ -536,10 +652,16 @@ def train_rl(cfg: RLConfig, progress: bool = True, stop_after: int | None = None
     last_ckpt, m = resume_from, {}
     for step in range(start, cfg.train.steps):
         t0 = time.perf_counter()
-        picks = [(e, pools[e][t]) for e, t in mix.sample(cfg.rollout.prompts_per_step, step, step / cfg.train.steps)]
+        progress = (step - phase["start"]) / max(cfg.train.steps - phase["start"], 1)
+        picks = [(e, pools[e][t]) for e, t in mix.sample(cfg.rollout.prompts_per_step, step, progress)]
         model.eval()
         seed = row_seed(cfg.train.seed, "rl", step)  # the step's sampling streams: resumable, reproducible
         rollouts, t_gen, t_ver = collect_rollouts(generator, envs, picks, cfg.rollout, seed)
+        refilled: dict[str, float] = {}
+        if cfg.algo.dynamic_filter and cfg.algo.refill_rounds:
+            rollouts, picks, refilled = refill(generator, envs, pools, mix, picks, rollouts, cfg, step, progress)
+            t_gen += refilled.pop("time_generate_s")
+            t_ver += refilled.pop("time_verify_s")
         t1 = time.perf_counter()
         batch, filt = score_rollouts(rollouts, cfg.algo)
         scored = scorer(rollouts, batch) if scorer is not None else {}
@@ -560,12 +682,25 @@ def train_rl(cfg: RLConfig, progress: bool = True, stop_after: int | None = None
             if monitor and cfg.moe.bias_update_rate > 0:
                 upd["moe_load_max_over_mean"] = _update_biases(monitor, upd["_loads"], cfg.moe.bias_update_rate)
         m = _step_metrics(rollouts, filt, upd, list(envs))
-        m.update(scored)
+        m.update(scored, **refilled)
         if curriculum is not None:
-            m["pass_rate_gain"] = m["pass_rate"] - curriculum.expected_pass_rate([t.id for _, t in picks])
+            m["pass_rate_gain"] = m["pass_rate"] - curriculum.expected_pass_rate([r.task_id for r in rollouts])
+            m["curriculum_target"] = target_mean(progress, cfg.curriculum.mean_start, cfg.curriculum.mean_end)
         m.update(lr=lr, time_generate_s=t_gen, time_verify_s=t_ver, time_train_s=time.perf_counter() - t1,
                  step_s=time.perf_counter() - t0)
         done = step + 1
+        if detector is not None and done < cfg.train.steps and detector.update(m["pass_rate_gain"]):
+            model.eval()
+            path = run_dir / "profiles" / f"step_{done:06d}.jsonl"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            print(f"\n[rl] step {done}: pass-rate gain plateaued; re-profiling the training pools (k={rp.k})")
+            t_rp = time.perf_counter()
+            rows = profile_envs(generator, envs, [(s.name, s.train_tasks, s.task_seed) for s in cfg.envs], rp.k,
+                                cfg.rollout.temperature, cfg.rollout.max_new_tokens, cfg.rollout.reasoning,
+                                cfg.rollout.max_turns, progress=False, out=str(path))
+            mix, curriculum = curriculum_sampler(cfg, rows)
+            phase.update(profile=str(path), start=done, plateau=[])
+            m.update(reprofiled=1.0, time_reprofile_s=time.perf_counter() - t_rp)
         if cfg.train.eval_every and (done % cfg.train.eval_every == 0 or done == cfg.train.steps):
             m.update(evaluate_and_track(done))
         log.log(done, m)

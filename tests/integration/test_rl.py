@@ -238,3 +238,76 @@ def test_multi_turn_rollouts_train_on_every_sampled_turn():
         assert out["rollouts_trained"] == int(batch.valid_B.sum()) and out["logprob_abs_err"] < 1e-4
     finally:
         hook.remove()
+
+
+def _write_profile(path, n=12, rate=0.5):
+    from posttrain.algos.curriculum import TaskProfile, write_profile
+
+    write_profile(path, [TaskProfile(f"even/train/0/{i}", "test_even_length", rate, 4) for i in range(n)])
+
+
+def test_plateau_reprofiles_rebuilds_the_curriculum_and_survives_resume(tmp_path):
+    """min_delta 1.0 makes every window a plateau: the rule fires after max(min_steps, 2·window)
+    steps, the live policy writes a new profile, and a resumed run keeps sampling from it."""
+    _write_profile(tmp_path / "p.jsonl")
+    over = {"curriculum.profile": str(tmp_path / "p.jsonl"), "curriculum.reprofile.enabled": True,
+            "curriculum.reprofile.k": 2, "curriculum.reprofile.window": 1, "curriculum.reprofile.min_steps": 2,
+            "curriculum.reprofile.min_delta": 1.0, "train.steps": 5, "train.save_every": 1, "train.eval_every": 0}
+    cfg = _cfg(tmp_path / "run", **over)
+    train_rl(cfg, progress=False, stop_after=3)
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r.get("reprofiled", 0) for r in rows] == [0, 1, 0]
+    new = tmp_path / "run" / "profiles" / "step_000002.jsonl"
+    assert len(new.read_text().splitlines()) == 12  # every pool task, re-scored by the current policy
+    assert all("curriculum_target" in r and "pass_rate_gain" in r for r in rows)
+    # the target restarts at mean_start after the re-profile (progress 0 of the new phase)
+    assert rows[2]["curriculum_target"] == pytest.approx(cfg.curriculum.mean_start)
+    state = torch.load(tmp_path / "run" / "checkpoints" / "step_000003" / "trainer_state.pt", weights_only=False)
+    assert state["phase"]["profile"] == str(new) and state["phase"]["start"] == 2
+    res = train_rl(cfg, progress=False)  # resumes at step 3 from the re-profiled phase
+    assert res.steps == 5
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]
+    assert rows[3]["curriculum_target"] == pytest.approx(
+        cfg.curriculum.mean_start + (3 - 2) / (5 - 2) * (cfg.curriculum.mean_end - cfg.curriculum.mean_start))
+
+
+def test_informative_groups_ignores_overlong_rollouts():
+    def r(group, reward, finish="stop"):
+        return Rollout("e", "t", group, [1, 2], [0, 1], [-0.1], finish, reward)
+
+    rollouts = [r(0, 1.0), r(0, 0.0), r(1, 1.0), r(1, 0.0, "length"), r(2, 0.0), r(2, 0.0)]
+    assert rl.informative_groups(rollouts, overlong_filter=True) == ([0], [1, 2])
+    assert rl.informative_groups(rollouts, overlong_filter=False) == ([0, 1], [2])
+
+
+def test_refill_replaces_dropped_groups_with_fresh_tasks(tmp_path):
+    """With refill rounds the step keeps sampling same-environment tasks until P groups are
+    informative (or the rounds run out); the surplus of the last round is discarded."""
+    cfg = _cfg(tmp_path / "run", **{"algo.refill_rounds": 3, "train.steps": 2, "train.eval_every": 0,
+                                    "rollout.group_size": 2})
+    train_rl(cfg, progress=False)
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert all("refill_groups" in m for m in rows)
+    for m in rows:
+        informative = m["rollouts_trained"] + m["rollouts_zero_adv"]
+        assert informative <= cfg.rollout.prompts_per_step * cfg.rollout.group_size
+    assert sum(m["refill_groups"] for m in rows) > 0  # with G=2 and p≈0.5 about half the groups drop
+
+
+def test_profile_from_an_rl_recipe_uses_its_pools_and_sampling_settings(tmp_path, capsys):
+    from posttrain.algos.curriculum import read_profile
+    from posttrain.commands import profile
+
+    recipe = tmp_path / "rl.yaml"
+    recipe.write_text("model: tiny-llama\nenvs: [{name: test_even_length, train_tasks: 5, task_seed: 3}]\n"
+                      "rollout: {max_new_tokens: 4, temperature: 0.7}\n")
+    out = tmp_path / "profile.jsonl"
+    p = argparse.ArgumentParser()
+    profile.add_arguments(p)
+    args = p.parse_args(["--config", str(recipe), "rollout.group_size=2", "--out", str(out), "--k", "2",
+                         "--no-progress"])
+    assert profile.run(args) == 0
+    assert [r.task_id for r in read_profile(out)] == [f"even/train/3/{i}" for i in range(5)]
+    with pytest.raises(Exception, match="need --config"):
+        profile.run(p.parse_args(["--env", "test_even_length", "x=1", "--out", str(out)]))
