@@ -94,11 +94,13 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config(DistillConfig, args.config, args.overrides)
     res = train_distill(cfg, progress=not args.no_progress)
     last = res.last
-    print(f"[distill] {res.steps} steps in {res.seconds:.0f}s; last batch reward {last.get('reward', float('nan')):.3f}, "
-          f"reverse-KL estimate to the teachers {last.get('mopd_gap', float('nan')):.4f} nats/token")
+    nan = float("nan")
+    print(f"[distill] {res.steps} steps in {res.seconds:.0f}s; last batch reward {last.get('reward', nan):.3f}, "
+          f"reverse-KL estimate to the teachers {last.get('mopd_gap', nan):.4f} nats/token")
     for k in sorted(k for k in last if k.startswith("mopd_gap/")):
         print(f"[distill]   {k}: {last[k]:.4f}")
     if res.best_step is not None:
-        print(f"[distill] best validation reward {res.best_val_reward:.3f} at step {res.best_step}: {res.run_dir / 'best'}")
+        print(f"[distill] best validation reward {res.best_val_reward:.3f} at step {res.best_step}: "
+              f"{res.run_dir / 'best'}")
     print(f"[distill] checkpoint: {res.checkpoint}  (metrics: {res.run_dir / 'metrics.jsonl'})")
     return 0

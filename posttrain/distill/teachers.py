@@ -224,7 +224,8 @@ class RemoteTeacher:
             raise RemoteCallError(f"POST {self.base_url}/completions gave no echoed logprobs (does the server "
                                   f"support echo with logprobs?): {str(resp)[:300]}") from None
         if len(token_logprobs) < len(ids):
-            raise RemoteCallError(f"{self.base_url}: {len(token_logprobs)} echoed log-probs for a {len(ids)}-token prompt")
+            raise RemoteCallError(f"{self.base_url}: {len(token_logprobs)} echoed log-probs for a "
+                                  f"{len(ids)}-token prompt")
         echoed = lp.get("tokens") or []
         if echoed and all(str(t).startswith("token_id:") for t in echoed[: len(ids)]):
             got = [int(str(t)[len("token_id:"):]) for t in echoed[: len(ids)]]
