@@ -222,7 +222,7 @@ class DomainMixSampler:
     """A batch of tasks with a fixed share of each domain, drawn by a per-domain TaskSampler."""
 
     def __init__(self, sampler: TaskSampler, ratios: Mapping[str, float], seed: int = 0) -> None:
-        missing = set(ratios) - set(sampler.domains())
+        missing = {d for d, r in ratios.items() if r > 0} - set(sampler.domains())
         if missing:
             raise ValueError(f"no tasks to sample for domain(s) {sorted(missing)}")
         self.sampler, self.ratios, self.seed = sampler, dict(ratios), seed

@@ -84,8 +84,9 @@ TRUNCATED = frozenset({"length", "context"})  # finish reasons of a rollout cut 
 class EnvSpec(StrictModel):
     name: str
     """Registered environment name (``posttrain envs`` lists them)."""
-    ratio: float = Field(1.0, gt=0)
-    """Share of each batch's prompts (relative to the other environments' ratios)."""
+    ratio: float = Field(1.0, ge=0)
+    """Share of each batch's prompts (relative to the other environments' ratios). 0: validated
+    but never trained on (how a single-environment run watches the other domains)."""
     url: str | None = None
     """Resource-server URL (``posttrain serve-env``); None runs the environment in process."""
     args: dict[str, Any] = Field(default_factory=dict)
@@ -247,6 +248,8 @@ def build_envs(specs: list[EnvSpec]) -> dict[str, Any]:
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise ConfigError(f"envs: each environment may appear once, got {names}")
+    if not any(s.ratio > 0 for s in specs):
+        raise ConfigError("envs: at least one environment needs ratio > 0 (ratio 0 is validation only)")
     return {s.name: RemoteEnvironment(s.url) if s.url else make_env(s.name, **s.args) for s in specs}
 
 

@@ -311,3 +311,16 @@ def test_profile_from_an_rl_recipe_uses_its_pools_and_sampling_settings(tmp_path
     assert [r.task_id for r in read_profile(out)] == [f"even/train/3/{i}" for i in range(5)]
     with pytest.raises(Exception, match="need --config"):
         profile.run(p.parse_args(["--env", "test_even_length", "x=1", "--out", str(out)]))
+
+
+def test_ratio_zero_environment_is_validated_but_never_trained(tmp_path):
+    if TwoTurnEnv.name not in ENVIRONMENTS:
+        ENVIRONMENTS.register(TwoTurnEnv.name)(TwoTurnEnv)
+    cfg = _cfg(tmp_path / "run", **{
+        "envs": "[{name: test_even_length, train_tasks: 12, val_tasks: 2}, "
+                "{name: test_two_turn, ratio: 0, train_tasks: 4, val_tasks: 2}]",
+        "train.steps": 1, "train.eval_every": 1})
+    res = train_rl(cfg, progress=False)
+    assert "val_reward/test_two_turn" in res.last and "reward/test_two_turn" not in res.last
+    with pytest.raises(Exception, match="ratio > 0"):
+        train_rl(_cfg(tmp_path / "bad", envs="[{name: test_even_length, ratio: 0}]"), progress=False)
