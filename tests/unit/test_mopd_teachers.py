@@ -168,3 +168,10 @@ def test_url_teacher_request_answer_and_tokenizer_probe():
                                                                          "tokens": ["token_id:9"] * 3}}]}))))
     with pytest.raises(TokenizerMismatch, match="echoed different token ids"):
         r.score([[1, 2, 3]], [[0, 1, 1]])
+
+
+def test_recipe_validates():
+    from pathlib import Path
+
+    cfg = load_config(DistillConfig, Path(__file__).parents[2] / "recipes" / "distill.yaml")
+    assert cfg.teachers.teacher_for("math") == "math" and cfg.teachers.teacher_for("mcq") == "generalist"
