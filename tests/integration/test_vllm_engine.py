@@ -121,7 +121,8 @@ def test_update_weights_makes_the_engine_follow_the_new_weights(engine, policy):
         gen = torch.Generator(device=new.device).manual_seed(0)
         for p in new.parameters():
             if p.ndim >= 2:
-                p.add_(torch.randn(p.shape, generator=gen, device=p.device, dtype=torch.float32).to(p.dtype) * p.float().std())
+                noise = torch.randn(p.shape, generator=gen, device=p.device, dtype=torch.float32)
+                p.add_((noise * p.float().std()).to(p.dtype))
     try:
         stale = engine.generate(PROMPTS, params)
         gaps = [(torch.tensor(c.logprobs) - trainer_logprobs(new, c, 1.0)).abs().mean() for c in (x[0] for x in stale)]

@@ -106,7 +106,8 @@ class FakeLLM:
         self.resets = 0
         self.model = FakeModel()
         runner = SimpleNamespace(model=self.model)
-        self.llm_engine = SimpleNamespace(model_executor=SimpleNamespace(driver_worker=SimpleNamespace(model_runner=runner)))
+        worker = SimpleNamespace(model_runner=runner)
+        self.llm_engine = SimpleNamespace(model_executor=SimpleNamespace(driver_worker=worker))
 
     def generate(self, prompts, sampling_params, use_tqdm=True):
         assert len(prompts) == len(sampling_params)
@@ -123,7 +124,8 @@ class FakeLLM:
             else:
                 reason = "length"
             logprobs = [{t: SimpleNamespace(logprob=-0.01 * k, rank=1)} for k, t in enumerate(ids)]
-            outs.append(SimpleNamespace(outputs=[SimpleNamespace(token_ids=ids, logprobs=logprobs, finish_reason=reason)]))
+            completion = SimpleNamespace(token_ids=ids, logprobs=logprobs, finish_reason=reason)
+            outs.append(SimpleNamespace(outputs=[completion]))
         return outs
 
     def reset_prefix_cache(self):
