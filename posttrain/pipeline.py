@@ -53,10 +53,40 @@ class PipelineConfig(StrictModel):
     curation: bool = False
     """Add the curation stage: rejection sampling from the model itself with the math verifier, then
     SFT on the curated rows vs on as many unfiltered samples (data/curation_experiment.py; ~12 min)."""
+    rlvr: bool = True
+    """Run the RLVR stage: multi-environment GRPO (math, mcq, instruction 1:1:1) from the SFT checkpoint."""
+    rl_steps: int = Field(10, ge=1)
+    """GRPO steps of the RLVR stage, 6 prompts x 6 rollouts each."""
+    rl_lr: float = Field(1e-5, gt=0)
+    """Constant learning rate of every RL run (RLVR, the specialists, MOPD): no warmup, no decay."""
+    rl_val_tasks: int = Field(32, ge=1)
+    """Held-out tasks per domain, graded greedily at the start and at the end of every RL run."""
+    rl_train_tasks: int = Field(48, ge=1)
+    """Training pool per domain (tasks are sampled uniformly from it, no curriculum profile)."""
+    rl_overrides: list[str] = Field(default_factory=list)
+    """RLConfig overrides (``key.sub=value``) applied last to every RL run, e.g.
+    ``[rollout.group_size=4, rollout.max_new_tokens=64]``; tests shrink the runs with it."""
+    distill: bool = False
+    """Add the distill stage: a math and an instruction RLVR specialist from the SFT checkpoint, then
+    MOPD of both into the SFT checkpoint (posttrain/distill); about three RL runs' time."""
+    specialist_steps: int = Field(10, ge=1)
+    """GRPO steps of each specialist (one domain trained, the others validated only)."""
+    distill_steps: int = Field(10, ge=1)
+    """MOPD steps of the student."""
 
 
 QUICK = {"n_train": 400, "n_eval": 48, "n_val_rows": 24, "sft_steps": 10, "sft_batch_size": 8,
-         "sft_lr": 2e-4, "max_new_tokens": 72, "run_dir": "runs/pipeline-quick"}
+         "sft_lr": 2e-4, "max_new_tokens": 72, "rl_steps": 2, "rl_val_tasks": 8, "specialist_steps": 2,
+         "distill_steps": 2, "run_dir": "runs/pipeline-quick"}
+
+# The RL domains (as in recipes/rlvr_cpu.yaml): arithmetic families only (what a 135M model can
+# reach at all: a group whose rewards are all equal carries no GRPO signal), multiple choice, and
+# 1-2 verifiable formatting constraints with partial credit.
+RL_DOMAINS: dict[str, dict[str, Any]] = {
+    "math": {"families": ["addition", "chain_sum", "multiplication", "mixed_arithmetic", "linear_equation"]},
+    "mcq": {},
+    "instruction": {"min_constraints": 1, "max_constraints": 2},
+}
 
 
 # --------------------------------------------------------------------------- stages
@@ -144,37 +174,119 @@ def run_sft(cfg: PipelineConfig, run_dir: Path, data: dict[str, Any]) -> dict[st
             "val_loss_before": res.val_loss_before, "val_loss_after": res.val_loss_after}
 
 
+def rl_overrides(cfg: PipelineConfig, out_dir: Path, model: str, steps: int, ratios: dict[str, float]) -> list[str]:
+    """RLConfig overrides shared by every RL run of the pipeline (recipes/rlvr_cpu.yaml's settings,
+    uniform task sampling). A domain with ratio 0 is validated but not trained."""
+    envs = [{"name": name, "args": args, "ratio": ratios.get(name, 0.0), "train_tasks": cfg.rl_train_tasks,
+             "val_tasks": cfg.rl_val_tasks} for name, args in RL_DOMAINS.items()]
+    return [
+        f"model={json.dumps(model)}", f"run_dir={json.dumps(str(out_dir))}", f"envs={json.dumps(envs)}",
+        "curriculum.kind=random", "rollout.prompts_per_step=6", "rollout.group_size=6", "rollout.batch_size=36",
+        "rollout.max_new_tokens=96", "rollout.temperature=0.7",  # at 1.0 a 135M model's samples are mostly noise
+        "rollout.reasoning=false", f"optim.lr={cfg.rl_lr}", "optim.weight_decay=0", "optim.warmup_steps=0",
+        "optim.decay_frac=0", f"train.steps={steps}", f"train.seed={cfg.seed}",
+        f"train.eval_every={steps}",  # validation at the start and at the end only
+        f"train.save_every={max(1, steps // 2)}", "train.keep_last=1",
+    ] + list(cfg.rl_overrides)
+
+
+def validation_at(out_dir: Path, step: int) -> dict[str, float]:
+    """Greedy validation reward per domain (and ``mean``) that an RL run logged at ``step``."""
+    from posttrain.train.metrics import read_metrics
+
+    row = next((r for r in read_metrics(out_dir) if r.get("step") == step and "val_reward" in r), {})
+    out = {k.split("/", 1)[1]: v for k, v in row.items() if k.startswith("val_reward/")}
+    if "val_reward" in row:
+        out["mean"] = row["val_reward"]
+    return out
+
+
+def run_rl(cfg: PipelineConfig, out_dir: Path, model: str, steps: int, ratios: dict[str, float],
+           teachers: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One GRPO run, or with ``teachers`` one MOPD run; an interrupted run resumes from its checkpoint."""
+    from posttrain.config import load_config
+
+    over = rl_overrides(cfg, out_dir, model, steps, ratios)
+    if teachers is None:
+        from posttrain.train.rl import RLConfig, train_rl
+
+        res = train_rl(load_config(RLConfig, None, over))
+    else:
+        from posttrain.distill.stage import DistillConfig, train_distill
+
+        res = train_distill(load_config(DistillConfig, None, [f"teachers={json.dumps(teachers)}"] + over))
+    return {"run_dir": str(out_dir), "checkpoint": str(res.checkpoint), "model": model, "steps": res.steps,
+            "trained_domains": sorted(n for n, r in ratios.items() if r > 0), "val_tasks": cfg.rl_val_tasks,
+            "val_start": validation_at(out_dir, 0), "val_end": validation_at(out_dir, res.steps),
+            "best_step": res.best_step, "best_val_reward": res.best_val_reward,
+            "rewards_png": str(out_dir / "rewards.png")}
+
+
+def run_distill(cfg: PipelineConfig, run_dir: Path, sft: dict[str, Any]) -> dict[str, Any]:
+    """Two specialists from the SFT checkpoint (math only, instruction only), then MOPD of both into
+    the SFT checkpoint; each run is its own cached stage. Returns the runs and their held-out table."""
+    runs = {}
+    for domain in ("math", "instruction"):
+        runs[domain] = _stage(run_dir, f"specialist_{domain}", lambda d=domain: run_rl(
+            cfg, run_dir / f"specialist_{d}", sft["checkpoint"], cfg.specialist_steps, {d: 1.0}))
+    # mcq has no specialist: ratio 0 (validated only); its rollouts would go to the default teacher
+    teachers = {"models": [{"name": f"{d}_rl", "model": runs[d]["checkpoint"], "domains": [d]} for d in runs],
+                "default": "math_rl"}
+    runs["student"] = _stage(run_dir, "mopd", lambda: run_rl(
+        cfg, run_dir / "mopd", sft["checkpoint"], cfg.distill_steps, {"math": 1.0, "instruction": 1.0}, teachers))
+    return runs
+
+
 # --------------------------------------------------------------------------- report
 
 
-def report(run_dir: Path, before: dict[str, Any], after: dict[str, Any], sft: dict[str, Any], total_s: float) -> str:
-    digits = sorted(set(before["accuracy_by_digits"]) | set(after["accuracy_by_digits"]), key=int)
+def _row(label: str, values: list[float], fmt: str, width: int = 10) -> str:
+    return f"  {label:34s}" + "".join(f"{format(v, fmt):>{width}s}" for v in values)
+
+
+def report(run_dir: Path, before: dict[str, Any], after: dict[str, Any], sft: dict[str, Any], total_s: float,
+           rl: dict[str, Any] | None = None, after_rl: dict[str, Any] | None = None) -> str:
+    cols = [("before", before), ("after SFT", after)] + ([("after RL", after_rl)] if after_rl else [])
+    digits = sorted(set().union(*(c["accuracy_by_digits"] for _, c in cols)), key=int)
+    nan = float("nan")
     lines = [
         "",
         "posttrain pipeline — what it achieved",
-        f"  model: {before['model']}  →  {after['model']}",
+        "  model: " + "  →  ".join(c["model"] for _, c in cols),
         f"  SFT: {sft['steps']} steps, {sft['tokens_trained']} trained tokens",
+    ]
+    if rl:
+        lines.append(f"  RLVR: {rl['steps']} GRPO steps on math, mcq and instruction (1:1:1) from the SFT checkpoint")
+    lines += [
         "",
-        f"  {'metric':34s} {'before':>9s} {'after':>9s}",
-        f"  {'held-out SFT loss':34s} {before['heldout_loss']:9.3f} {after['heldout_loss']:9.3f}",
-        f"  {'answer accuracy (greedy)':34s} {before['accuracy']:9.1%} {after['accuracy']:9.1%}",
+        f"  {'metric':34s}" + "".join(f"{name:>10s}" for name, _ in cols),
+        _row("held-out SFT loss", [c["heldout_loss"] for _, c in cols], ".3f"),
+        _row("answer accuracy (greedy)", [c["accuracy"] for _, c in cols], ".1%"),
     ]
     for d in digits:
-        b, a = before["accuracy_by_digits"].get(d, float("nan")), after["accuracy_by_digits"].get(d, float("nan"))
-        lines.append(f"  {'  ' + d + '-digit operands':34s} {b:9.1%} {a:9.1%}")
+        lines.append(_row(f"  {d}-digit operands", [c["accuracy_by_digits"].get(d, nan) for _, c in cols], ".1%"))
     lines += [
-        f"  {'uses the answer format':34s} {before['answer_format_rate']:9.1%} {after['answer_format_rate']:9.1%}",
-        f"  {'mean reply tokens':34s} {before['mean_reply_tokens']:9.1f} {after['mean_reply_tokens']:9.1f}",
+        _row("uses the answer format", [c["answer_format_rate"] for _, c in cols], ".1%"),
+        _row("mean reply tokens", [c["mean_reply_tokens"] for _, c in cols], ".1f"),
+    ]
+    if rl:
+        lines += ["", f"  RLVR held-out validation reward (greedy, {rl['val_tasks']} tasks per domain), "
+                      f"step 0 → {rl['steps']}:"]
+        for dom, start in rl["val_start"].items():
+            lines.append(f"    {dom:14s} {start:6.3f} → {rl['val_end'].get(dom, nan):6.3f}")
+        lines.append(f"  RL curves: {rl['rewards_png']}")
+    lines += [
         "",
         f"  {before['n_eval']} held-out problems; total time {total_s / 60:.1f} min; details in {run_dir}/report.json",
     ]
     text = "\n".join(lines)
-    (run_dir / "report.json").write_text(json.dumps({"before": before, "after": after, "sft": sft, "seconds": total_s}, indent=2))
-    _plot(run_dir, before, after, digits)
+    (run_dir / "report.json").write_text(json.dumps({"before": before, "after": after, "sft": sft, "rl": rl,
+                                                     "after_rl": after_rl, "seconds": total_s}, indent=2))
+    _plot(run_dir, cols, digits, rl)
     return text
 
 
-def _plot(run_dir: Path, before: dict[str, Any], after: dict[str, Any], digits: list[str]) -> None:
+def _plot(run_dir: Path, cols: list[tuple[str, dict[str, Any]]], digits: list[str], rl: dict[str, Any] | None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -182,14 +294,14 @@ def _plot(run_dir: Path, before: dict[str, Any], after: dict[str, Any], digits: 
 
     from posttrain.train.metrics import read_metrics
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, axes = plt.subplots(1, 2 + bool(rl), figsize=(5 * (2 + bool(rl)), 3.6))
+    ax1, ax2 = axes[0], axes[1]
     labels = ["all"] + [f"{d}-digit" for d in digits]
-    b = [before["accuracy"]] + [before["accuracy_by_digits"].get(d, 0) for d in digits]
-    a = [after["accuracy"]] + [after["accuracy_by_digits"].get(d, 0) for d in digits]
-    xs = range(len(labels))
-    ax1.bar([x - 0.2 for x in xs], b, 0.4, label="before")
-    ax1.bar([x + 0.2 for x in xs], a, 0.4, label="after SFT")
-    ax1.set_xticks(list(xs), labels)
+    width = 0.8 / len(cols)
+    for i, (name, c) in enumerate(cols):
+        ys = [c["accuracy"]] + [c["accuracy_by_digits"].get(d, 0) for d in digits]
+        ax1.bar([x - 0.4 + width * (i + 0.5) for x in range(len(labels))], ys, width, label=name)
+    ax1.set_xticks(list(range(len(labels))), labels)
     ax1.set_ylim(0, 1)
     ax1.set_title("held-out answer accuracy")
     ax1.legend()
@@ -203,29 +315,88 @@ def _plot(run_dir: Path, before: dict[str, Any], after: dict[str, Any], digits: 
     ax2.set_xlabel("step")
     ax2.set_title("SFT loss")
     ax2.legend()
+    if rl:
+        _bars(axes[2], {"step 0 (SFT)": rl["val_start"], f"step {rl['steps']}": rl["val_end"]},
+              f"RLVR validation reward ({rl['val_tasks']} tasks/domain)")
     fig.tight_layout()
     fig.savefig(run_dir / "report.png", dpi=110)
     plt.close(fig)
+
+
+def _bars(ax: Any, series: dict[str, dict[str, float]], title: str) -> None:
+    """Grouped bars: one group per domain, one bar per series (a model or a step)."""
+    domains = list(next(iter(series.values())))
+    width = 0.8 / len(series)
+    for i, (name, scores) in enumerate(series.items()):
+        ax.bar([x - 0.4 + width * (i + 0.5) for x in range(len(domains))],
+               [scores.get(d, 0.0) for d in domains], width, label=name)
+    ax.set_xticks(list(range(len(domains))), domains)
+    ax.set_ylim(0, 1)
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+
+
+def distill_report(run_dir: Path, runs: dict[str, dict[str, Any]], rl: dict[str, Any] | None) -> str:
+    """Held-out validation reward per domain: the SFT checkpoint (the runs' step 0), each teacher, the
+    multi-environment RLVR run when there is one, and the MOPD student; ``distill.json``/``.png``."""
+    student = runs["student"]
+    cols = {"base (SFT)": student["val_start"], "math_rl": runs["math"]["val_end"],
+            "instruction_rl": runs["instruction"]["val_end"]}
+    if rl:
+        cols["RLVR mix"] = rl["val_end"]
+    cols["MOPD student"] = student["val_end"]
+    nan = float("nan")
+    lines = [
+        "",
+        f"distill (MOPD): held-out validation reward per domain (greedy, {student['val_tasks']} tasks each)",
+        f"  {'domain':14s}" + "".join(f"{name:>15s}" for name in cols),
+    ]
+    for dom in student["val_start"]:
+        lines.append(f"  {dom:14s}" + "".join(f"{v.get(dom, nan):15.3f}" for v in cols.values()))
+    lines += [
+        f"  math_rl: {runs['math']['steps']} GRPO steps on math only; instruction_rl: {runs['instruction']['steps']} "
+        "on instruction only (other domains validated only)",
+        f"  student: {student['steps']} MOPD steps from the SFT checkpoint, math → math_rl, instruction → "
+        "instruction_rl; mcq is validated only",
+        f"  details in {run_dir}/distill.json and distill.png; curves in {student['rewards_png']}",
+    ]
+    (run_dir / "distill.json").write_text(json.dumps({"validation": cols, "runs": runs}, indent=2))
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    _bars(ax, cols, "held-out validation reward: base, teachers, student")
+    fig.tight_layout()
+    fig.savefig(run_dir / "distill.png", dpi=110)
+    plt.close(fig)
+    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- CLI
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--quick", action="store_true", help="small sizes: finishes in under 3 minutes on 2 cores")
+    p.add_argument("--quick", action="store_true", help="small sizes (see QUICK in posttrain/pipeline.py)")
     p.add_argument("--config", "-c", help="YAML with PipelineConfig fields (see recipes/pipeline.yaml)")
     p.add_argument("--fresh", action="store_true", help="delete the run directory first instead of resuming")
+    p.add_argument("--no-rlvr", action="store_true", help="skip the RLVR stage (and its after-RL measurement)")
+    p.add_argument("--distill", action="store_true",
+                   help="also run the distill stage: two RLVR specialists, then MOPD of both into the SFT model "
+                        "(about three RL runs more)")
     p.add_argument("--curation", action="store_true",
                    help="also run the curation stage: curated vs unfiltered self-generated SFT data (~12 min more)")
-    p.add_argument("overrides", nargs="*", metavar="key=value", help="e.g. sft_steps=30 n_eval=200")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="e.g. sft_steps=30 n_eval=200 rl_steps=20")
 
 
 def run(args: argparse.Namespace) -> int:
     from posttrain.config import load_config
 
     overrides = ([f"{k}={v}" for k, v in QUICK.items()] if args.quick else []) + list(args.overrides)
-    if args.curation:
-        overrides.append("curation=true")
+    for flag, field in (("curation", "curation=true"), ("distill", "distill=true"), ("no_rlvr", "rlvr=false")):
+        if getattr(args, flag, False):
+            overrides.append(field)
     cfg = load_config(PipelineConfig, args.config, overrides)
     run_dir = Path(cfg.run_dir)
     if args.fresh and run_dir.exists():
@@ -238,7 +409,14 @@ def run(args: argparse.Namespace) -> int:
     print(f"[pipeline] before: accuracy {before['accuracy']:.1%}, held-out loss {before['heldout_loss']:.3f}")
     sft = _stage(run_dir, "sft", lambda: run_sft(cfg, run_dir, data))
     after = _stage(run_dir, "after", lambda: measure(cfg, sft["checkpoint"], data))
-    print(report(run_dir, before, after, sft, time.time() - t0))
+    rl = after_rl = None
+    if cfg.rlvr:
+        rl = _stage(run_dir, "rlvr", lambda: run_rl(cfg, run_dir / "rl", sft["checkpoint"], cfg.rl_steps,
+                                                     {d: 1.0 for d in RL_DOMAINS}))
+        after_rl = _stage(run_dir, "after_rl", lambda: measure(cfg, rl["checkpoint"], data))
+    print(report(run_dir, before, after, sft, time.time() - t0, rl, after_rl))
+    if cfg.distill:
+        print(distill_report(run_dir, run_distill(cfg, run_dir, sft), rl))
     if cfg.curation:
         from posttrain.data.curation_experiment import compare, curation_stage
 
