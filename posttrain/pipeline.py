@@ -1,23 +1,39 @@
 """The main job: ``posttrain pipeline`` runs the recipe end to end on the embedded model.
 
-Stages so far (each later issue adds its stage here):
+Stages:
 
-1. **data**   — a generated arithmetic SFT set (column-by-column reasoning + ``Answer: N``), and
-                held-out problems that are disjoint from it by construction (data/synthetic.py);
-2. **before** — the untouched model: held-out SFT loss and greedy answer accuracy, graded by the
-                math environment's verifier, split by operand size;
-3. **sft**    — supervised fine-tuning (train/sft.py) on the generated set;
-4. **after**  — the same measurements on the fine-tuned checkpoint;
-5. **report** — a table on stdout, ``report.json`` and ``report.png`` in the run directory;
-6. **curation** (``--curation``) — generate-then-filter from the model itself with the math verifier,
-                then SFT on the curated rows vs SFT on the same number of unfiltered samples
-                (data/curation_experiment.py), and the held-out accuracy of both.
+1. **data**     — a generated arithmetic SFT set (column-by-column reasoning + ``Answer: N``), and
+                  held-out problems that are disjoint from it by construction (data/synthetic.py);
+2. **before**   — the untouched model: held-out SFT loss and greedy answer accuracy, graded by the
+                  math environment's verifier, split by operand size;
+3. **sft**      — supervised fine-tuning (train/sft.py) on the generated set;
+4. **after**    — the same measurements on the fine-tuned checkpoint;
+5. **rlvr**     — multi-environment RLVR with GRPO (train/rl.py) from the SFT checkpoint: math
+                  (arithmetic families), mcq and instruction following 1:1:1, tasks sampled
+                  uniformly, validated greedily per domain at the first and last step
+                  (``--no-rlvr`` skips it);
+6. **after_rl** — the arithmetic measurements on the RL checkpoint;
+7. **report**   — a table on stdout (before / after SFT / after RL), the RL run's per-domain
+                  validation start → end, ``report.json`` and ``report.png`` in the run directory;
+8. **distill** (``--distill``) — two RLVR specialists from the SFT checkpoint (math only, instruction
+                  only; the other domains validated only), then multi-teacher on-policy distillation
+                  of both into the SFT checkpoint (posttrain/distill); a table of every domain's
+                  held-out reward for the base, each teacher, the RLVR mix and the student,
+                  ``distill.json`` and ``distill.png``;
+9. **curation** (``--curation``) — generate-then-filter from the model itself with the math verifier,
+                  then SFT on the curated rows vs SFT on the same number of unfiltered samples
+                  (data/curation_experiment.py), and the held-out accuracy of both.
 
-Every stage writes its result to ``<run_dir>/stages/<name>.json``; a re-run skips finished stages
-and the SFT stage resumes from its last checkpoint, so an interrupted pipeline picks up where it
-stopped. ``--fresh`` starts over.
+Every stage writes its result to ``<run_dir>/stages/<name>.json``; a re-run skips finished stages,
+and SFT and each RL run resume from their last checkpoint, so an interrupted pipeline picks up
+where it stopped. ``--fresh`` starts over.
 
-Sizes: the default finishes in about 10–15 minutes on 2 CPU cores; ``--quick`` in under 3.
+Sizes: through ``after`` the default took about 13 minutes on 2 CPU cores and ``--quick`` about 3
+(docs/results/pipeline.md). The RL stages are estimates, not yet measured in the pipeline: each RL
+run (10 steps of 6 prompts x 6 rollouts of up to 96 tokens, plus two validations of 3 x 32 tasks)
+should take roughly 10 minutes, so rlvr adds about 10-12 with after_rl, ``--distill`` about 30
+more (three runs, MOPD also scoring with the teachers); ``--quick`` (2 steps, 8 tasks per domain)
+adds a few minutes per run.
 """
 
 from __future__ import annotations
