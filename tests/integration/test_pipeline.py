@@ -1,0 +1,104 @@
+"""``posttrain pipeline`` end to end on tiny-llama with tiny sizes, ``--distill`` included: every
+stage writes its JSON, the report has the after-RL column and the RL run's per-domain validation,
+the distill table and plot appear, a re-run reuses every stage, the checkpoints load.
+
+Like tests/integration/test_rl.py, the tiny random model almost never writes ``<|im_end|>``, so
+every rollout hits the length limit: ``rl_overrides`` switches the overlong filter off and keeps
+the RL batches and replies tiny. Its rewards are all 0, so GRPO drops every group (no update);
+MOPD trains anyway (no dynamic filter, dense teacher signal), which is what the last check uses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from posttrain import pipeline
+from posttrain.config import load_config
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+TINY = {
+    "model": "tiny-llama", "n_train": 16, "n_eval": 4, "n_val_rows": 4, "sft_steps": 2, "sft_batch_size": 4,
+    "max_new_tokens": 8, "eval_batch_size": 4, "rl_steps": 2, "rl_val_tasks": 2, "rl_train_tasks": 4,
+    "specialist_steps": 1, "distill_steps": 1,
+    "rl_overrides": "[rollout.prompts_per_step=3, rollout.group_size=2, rollout.max_new_tokens=6, "
+                    "algo.overlong_filter=false, optim.lr=1e-3]",
+}
+STAGES = ["data", "before", "sft", "after", "rlvr", "after_rl", "specialist_math", "specialist_instruction", "mopd"]
+
+
+def _args(run_dir, **flags) -> argparse.Namespace:
+    over = [f"{k}={v}" for k, v in {**TINY, "run_dir": run_dir}.items()]
+    defaults = {"quick": False, "config": None, "fresh": False, "curation": False, "distill": False, "no_rlvr": False}
+    return argparse.Namespace(overrides=over, **{**defaults, **flags})
+
+
+def test_pipeline_with_rlvr_and_distill_reports_resumes_and_writes_loadable_checkpoints(tmp_path, capsys):
+    run_dir = tmp_path / "pipe"
+    assert pipeline.run(_args(run_dir, distill=True)) == 0
+    out = capsys.readouterr().out
+    assert sorted(p.stem for p in (run_dir / "stages").glob("*.json")) == sorted(STAGES)
+    assert "after SFT  after RL" in out and "RLVR held-out validation reward" in out
+    for dom in ("math", "mcq", "instruction", "mean"):
+        assert f"    {dom}" in out
+    assert "base (SFT)" in out and "MOPD student" in out and "RLVR mix" in out
+    for name in ("report.png", "distill.png", "rl/rewards.png", "mopd/rewards.png"):
+        assert (run_dir / name).exists(), name
+
+    rep = json.loads((run_dir / "report.json").read_text())
+    rl = rep["rl"]
+    assert rep["after_rl"]["model"] == rl["checkpoint"] == str(run_dir / "rl" / "checkpoints" / "step_000002")
+    assert set(rl["val_start"]) == set(rl["val_end"]) == {"math", "mcq", "instruction", "mean"}
+    assert rl["trained_domains"] == ["instruction", "math", "mcq"]
+    dist = json.loads((run_dir / "distill.json").read_text())
+    assert list(dist["validation"]) == ["base (SFT)", "math_rl", "instruction_rl", "RLVR mix", "MOPD student"]
+
+    # each RL run got the pipeline's settings: ratios, the SFT checkpoint as start, the overrides
+    sft_ckpt = json.loads((run_dir / "stages" / "sft.json").read_text())["checkpoint"]
+    saved = {name: yaml.safe_load((run_dir / name / "config.yaml").read_text())
+             for name in ("rl", "specialist_math", "specialist_instruction", "mopd")}
+    ratios = {name: {e["name"]: e["ratio"] for e in c["envs"]} for name, c in saved.items()}
+    assert ratios["specialist_math"] == {"math": 1.0, "mcq": 0.0, "instruction": 0.0}
+    assert ratios["specialist_instruction"] == {"math": 0.0, "mcq": 0.0, "instruction": 1.0}
+    assert ratios["mopd"] == {"math": 1.0, "mcq": 0.0, "instruction": 1.0}
+    for c in saved.values():
+        assert c["model"] == sft_ckpt and c["rollout"]["temperature"] == 0.7 and not c["rollout"]["reasoning"]
+        assert c["rollout"]["group_size"] == 2 and c["algo"]["overlong_filter"] is False  # rl_overrides win
+    teachers = {t["name"]: t for t in saved["mopd"]["teachers"]["models"]}
+    assert teachers["math_rl"]["model"] == str(run_dir / "specialist_math" / "checkpoints" / "step_000001")
+    assert teachers["instruction_rl"]["domains"] == ["instruction"] and saved["mopd"]["algo"]["advantage"] == "mopd"
+
+    # a re-run reuses every stage and prints the same report
+    stamps = {p.name: p.stat().st_mtime_ns for p in (run_dir / "stages").glob("*.json")}
+    assert pipeline.run(_args(run_dir, distill=True)) == 0
+    again = capsys.readouterr().out
+    assert all(f"{s}: done earlier" in again for s in STAGES)
+    assert "after RL" in again and "MOPD student" in again
+    assert stamps == {p.name: p.stat().st_mtime_ns for p in (run_dir / "stages").glob("*.json")}
+
+    from transformers import AutoModelForCausalLM
+
+    sft = AutoModelForCausalLM.from_pretrained(sft_ckpt).state_dict()
+    AutoModelForCausalLM.from_pretrained(rl["checkpoint"])
+    student = AutoModelForCausalLM.from_pretrained(json.loads((run_dir / "stages" / "mopd.json").read_text())
+                                                   ["checkpoint"]).state_dict()
+    assert any(not torch.equal(sft[k], student[k]) for k in student)  # MOPD moved the SFT model
+
+
+def test_pipeline_without_rlvr_keeps_the_two_column_report(tmp_path, capsys):
+    assert pipeline.run(_args(tmp_path / "pipe", no_rlvr=True)) == 0
+    out = capsys.readouterr().out
+    assert "after SFT" in out and "after RL" not in out and "RLVR" not in out
+    assert not (tmp_path / "pipe" / "stages" / "rlvr.json").exists()
+    assert json.loads((tmp_path / "pipe" / "report.json").read_text())["rl"] is None
+
+
+def test_pipeline_recipe_states_the_defaults():
+    recipe = Path(__file__).parents[2] / "recipes" / "pipeline.yaml"
+    assert load_config(pipeline.PipelineConfig, recipe) == pipeline.PipelineConfig()
