@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The runs behind docs/results/rlvr.md and docs/results/mopd.md, on the embedded SmolLM2-135M.
+#   bash scripts/rl_evidence.sh            # every stage not yet finished (re-running resumes)
+#   python scripts/rl_evidence_report.py   # tables + plots from the runs' metrics
+# Two runs at a time with one torch thread each: on 2 cores that beats one run with 2 threads.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+R=recipes/rlvr_cpu.yaml
+E=${EVIDENCE_DIR:-runs/evidence}
+mkdir -p "$E"
+MATH="name: math, args: {families: [addition, chain_sum, multiplication, mixed_arithmetic, linear_equation]}, train_tasks: 48, val_tasks: 48"
+MCQ="name: mcq, train_tasks: 48, val_tasks: 48"
+INSTR="name: instruction, args: {min_constraints: 1, max_constraints: 2}, train_tasks: 48, val_tasks: 48"
+
+rl() {  # rl NAME [key=value ...]: one RL run, skipped when its last checkpoint exists
+  local name=$1; shift
+  [ -d "$E/$name/checkpoints/step_000020" ] && { echo "$name: done"; return; }
+  posttrain rl -c $R run_dir="$E/$name" "$@" --no-progress > "$E/$name.log" 2>&1
+}
+distill() {
+  local name=$1; shift
+  [ -d "$E/$name/checkpoints/step_000020" ] && { echo "$name: done"; return; }
+  posttrain distill -c recipes/mopd_cpu.yaml run_dir="$E/$name" "$@" --no-progress > "$E/$name.log" 2>&1
+}
+
+# 0. the curriculum's input: the base model's pass rate on every training task (k=4)
+[ -s "$E/profile.jsonl" ] || posttrain profile -c $R --k 4 --out "$E/profile.jsonl" --no-progress
+
+# 1. (a)+(c): the three-domain mix, curriculum vs uniform sampling, same seed and steps
+rl mix_curriculum &
+rl mix_random curriculum.kind=random &
+wait
+# 2. (b) + the MOPD teachers: one trained domain each, the other two validated (ratio 0)
+rl math_only "envs=[{$MATH}, {$MCQ, ratio: 0}, {$INSTR, ratio: 0}]" train.eval_every=5 &
+rl instruction_only "envs=[{$MATH, ratio: 0}, {$MCQ, ratio: 0}, {$INSTR}]" &
+wait
+# 3. MOPD: both specialists into the base; and MOPD vs GRPO (math_only) on math alone
+distill mopd_mix &
+distill mopd_math "envs=[{$MATH}, {$MCQ, ratio: 0}, {$INSTR, ratio: 0}]" train.eval_every=5 &
+wait
+# 4. seed noise: the two mix runs again with seed 1
+if [ "${SEEDS:-1}" -gt 1 ]; then
+  rl mix_curriculum_seed1 train.seed=1 &
+  rl mix_random_seed1 train.seed=1 curriculum.kind=random &
+  wait
+fi
+echo "evidence runs finished: python scripts/rl_evidence_report.py"

@@ -1,0 +1,140 @@
+"""Tables and plots for docs/results/rlvr.md and docs/results/mopd.md from scripts/rl_evidence.sh's runs.
+
+    python scripts/rl_evidence_report.py [--runs runs/evidence] [--out docs/results]
+
+Held-out score = the run's own validation (greedy, 48 validation-split tasks per environment, the
+same tasks in every run), read from metrics.jsonl at step 0 (the base model) and at the last step.
+A score is a mean over 48 tasks, so its standard error is about sqrt(p(1-p)/48): 0.04-0.07 for the
+scores here; the table prints it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+ENVS = ["math", "mcq", "instruction"]
+
+
+def read(run: Path) -> list[dict]:
+    f = run / "metrics.jsonl"
+    return [json.loads(line) for line in f.read_text().splitlines() if line.strip()] if f.exists() else []
+
+
+def val_at(rows: list[dict], step: int | None = None) -> dict[str, float]:
+    """val_reward/<env> at ``step`` (None: the last step with validation)."""
+    have = [r for r in rows if any(k.startswith("val_reward/") for k in r)]
+    if not have:
+        return {}
+    row = have[-1] if step is None else next((r for r in have if r["step"] == step), {})
+    return {k.split("/", 1)[1]: v for k, v in row.items() if k.startswith("val_reward/")}
+
+
+def se(p: float, n: int = 48) -> float:
+    return math.sqrt(max(p * (1 - p), 0.0) / n)
+
+
+def fmt(p: float | None) -> str:
+    return "–" if p is None else f"{p:.3f} ± {se(p):.3f}"
+
+
+def curve(rows: list[dict], env: str, per_step: int) -> list[tuple[int, float, float]]:
+    """(rollouts so far, rollout tokens so far, val score) at each validation of ``env``."""
+    out, rollouts, tokens = [], 0, 0.0
+    for r in rows:
+        if r["step"] > 0 and "response_tokens_mean" in r:
+            rollouts += per_step
+            tokens += per_step * r["response_tokens_mean"]
+        if f"val_reward/{env}" in r:
+            out.append((rollouts, tokens, r[f"val_reward/{env}"]))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", default="runs/evidence")
+    ap.add_argument("--out", default="docs/results")
+    ap.add_argument("--per-step", type=int, default=36, help="rollouts per step (P x G)")
+    args = ap.parse_args()
+    runs, out = Path(args.runs), Path(args.out)
+    names = ["mix_curriculum", "mix_random", "math_only", "instruction_only", "mopd_mix", "mopd_math",
+             "mix_curriculum_seed1", "mix_random_seed1"]
+    data = {n: read(runs / n) for n in names}
+    base = next((val_at(rows, 0) for rows in data.values() if val_at(rows, 0)), {})
+    final = {n: val_at(rows) for n, rows in data.items() if rows}
+    summary = {"base": base, "final": final,
+               "steps": {n: rows[-1]["step"] for n, rows in data.items() if rows},
+               "minutes": {n: round((rows[-1]["time"] - rows[0]["time"]) / 60, 1) for n, rows in data.items()
+                           if len(rows) > 1}}
+
+    print("held-out score (greedy, 48 validation tasks per domain; ± = binomial standard error)\n")
+    print("| run | " + " | ".join(ENVS) + " | mean |")
+    print("|---|" + "---|" * (len(ENVS) + 1))
+    for n, f in [("base (step 0)", base)] + [(n, final[n]) for n in names if n in final]:
+        vals = [f.get(e) for e in ENVS]
+        mean = sum(v for v in vals if v is not None) / max(sum(v is not None for v in vals), 1)
+        print(f"| {n} | " + " | ".join(fmt(v) for v in vals) + f" | {mean:.3f} |")
+
+    curves = {n: {e: curve(data[n], e, args.per_step) for e in ENVS} for n in names if data[n]}
+    summary["curves"] = curves
+    for n in names:
+        if data[n]:
+            rows = [r for r in data[n] if "groups_dropped" in r]
+            if rows:
+                summary.setdefault("groups_dropped_mean", {})[n] = sum(r["groups_dropped"] for r in rows) / len(rows)
+                summary.setdefault("batch_pass_rate_mean", {})[n] = sum(r["pass_rate"] for r in rows) / len(rows)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "rl_evidence.json").write_text(json.dumps(summary, indent=1))
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def bars(ax, runs_: list[tuple[str, dict]], title: str) -> None:
+        w = 0.8 / len(runs_)
+        for i, (label, f) in enumerate(runs_):
+            xs = [j + i * w for j in range(len(ENVS))]
+            vals = [f.get(e, 0.0) for e in ENVS]
+            ax.bar(xs, vals, w, label=label, yerr=[se(v) for v in vals], capsize=2)
+        ax.set_xticks([j + 0.4 - w / 2 for j in range(len(ENVS))], ENVS)
+        ax.set_title(title)
+        ax.set_ylabel("held-out score")
+        ax.legend(fontsize=7)
+
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4))
+    bars(axes[0], [("base", base)] + [(n, final[n]) for n in ("mix_curriculum",) if n in final],
+         "(a) multi-environment RLVR vs base")
+    bars(axes[1], [("base", base)] + [(n, final[n]) for n in ("mix_curriculum", "math_only", "instruction_only")
+                                      if n in final], "(b) single environment vs mix, equal steps")
+    bars(axes[2], [("base", base)] + [(n, final[n]) for n in ("mix_curriculum", "mix_random",
+                                                              "mix_curriculum_seed1", "mix_random_seed1")
+                                      if n in final], "(c) curriculum vs random, equal steps")
+    fig.tight_layout()
+    fig.savefig(out / "rlvr.png", dpi=100)
+    plt.close(fig)
+
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4))
+    bars(axes[0], [("base", base)] + [(n, final[n]) for n in ("math_only", "instruction_only", "mopd_mix")
+                                      if n in final], "MOPD: base, teachers, student")
+    for ax, xi, xlabel in ((axes[1], 0, "rollouts"), (axes[2], 1, "rollout tokens")):
+        for n in ("math_only", "mopd_math"):
+            if n in curves:
+                pts = curves[n]["math"]
+                ax.plot([p[xi] for p in pts], [p[2] for p in pts], marker="o",
+                        label={"math_only": "GRPO (math_only)", "mopd_math": "MOPD (mopd_math)"}[n])
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("math held-out score")
+        ax.set_title("sample efficiency on math")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "mopd.png", dpi=100)
+    plt.close(fig)
+    print(f"\nwrote {out / 'rl_evidence.json'}, {out / 'rlvr.png'}, {out / 'mopd.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
