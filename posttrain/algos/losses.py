@@ -28,6 +28,10 @@ is the same for SFT, RLVR, MOPD, RLHF and DPO.
   dense teacher−student log-ratio (MOPD) plug in unchanged.
 * k3 KL to a reference (off by default, as in DAPO and the recipe): ``exp(ref−π) − (ref−π) − 1``,
   an unbiased, always non-negative estimate of KL(π‖ref) from samples of π.
+* Top-k distillation KL (off by default; MOPD's variant): ``topk_kl_coef · KL_t`` per token, where
+  KL_t is the exact forward or reverse KL between teacher and student *restricted to the teacher's
+  top-k tokens at that position and renormalised there* (:func:`topk_kl`). It adds a dense,
+  low-variance term next to the sampled one-token advantage; it is differentiated directly.
 
 ``ce`` — SFT cross-entropy on the mask (the assistant tokens), token-normalised the same way.
 
@@ -64,6 +68,8 @@ class LossInputs:
     sampler_logprobs_BT: Tensor | None = None  # pg: what the inference engine reported
     ref_logprobs_BT: Tensor | None = None  # pg with kl_coef > 0, dpo
     num_tokens: float | None = None  # token-normalisation denominator for the whole step
+    student_topk_logprobs_BTK: Tensor | None = None  # pg with topk_kl_coef > 0: π_θ at the teacher's top-k ids
+    teacher_topk_logprobs_BTK: Tensor | None = None  # … and the teacher's log-probs of those ids
 
 
 @dataclass
@@ -95,6 +101,21 @@ def k3_kl(logprobs_BT: Tensor, ref_logprobs_BT: Tensor) -> Tensor:
     """Per-token k3 estimate of KL(π‖ref): exp(ref−π) − (ref−π) − 1 (≥ 0, zero when equal)."""
     d = ref_logprobs_BT.detach() - logprobs_BT
     return torch.exp(d) - d - 1
+
+
+def topk_kl(student_logprobs_BTK: Tensor, teacher_logprobs_BTK: Tensor,
+            direction: Literal["forward", "reverse"]) -> Tensor:
+    """Per-token KL between teacher and student over the teacher's top-k tokens, both renormalised
+    to that set: forward KL(p_T‖p_S) (mass-covering) or reverse KL(p_S‖p_T) (mode-seeking).
+
+    Renormalising makes each a true KL on k outcomes (≥ 0, zero iff the two agree up to a constant
+    on the set), whatever mass lies outside the top-k. The teacher side carries no gradient.
+    """
+    log_s = torch.log_softmax(student_logprobs_BTK.float(), dim=-1)
+    log_t = torch.log_softmax(teacher_logprobs_BTK.detach().float(), dim=-1)
+    if direction == "forward":
+        return (log_t.exp() * (log_t - log_s)).sum(dim=-1)
+    return (log_s.exp() * (log_s - log_t)).sum(dim=-1)
 
 
 def importance_weights(
@@ -138,6 +159,10 @@ class PolicyGradientLoss(StrictModel):
     """… or above this."""
     kl_coef: float = Field(0.0, ge=0)
     """β of the k3 KL penalty to ``ref_logprobs_BT``; 0 (off) needs no reference model."""
+    topk_kl_coef: float = Field(0.0, ge=0)
+    """Weight of the top-k distillation KL (MOPD with ``teachers.topk > 0``); 0: off."""
+    topk_kl_direction: Literal["forward", "reverse"] = "reverse"
+    """Which KL over the teacher's top-k tokens (see :func:`topk_kl`)."""
 
     def __call__(self, x: LossInputs) -> LossOutput:
         return policy_gradient_loss(x, self)
@@ -175,6 +200,12 @@ def policy_gradient_loss(x: LossInputs, cfg: PolicyGradientLoss) -> LossOutput:
         kl = k3_kl(x.logprobs_BT, x.ref_logprobs_BT)
         per_token = per_token + cfg.kl_coef * kl
         metrics["kl"] = _masked_mean(kl, mask)
+    if cfg.topk_kl_coef > 0:
+        if x.student_topk_logprobs_BTK is None or x.teacher_topk_logprobs_BTK is None:
+            raise ValueError("topk_kl_coef > 0 needs student_ and teacher_topk_logprobs_BTK (teachers.topk > 0)")
+        tkl = topk_kl(x.student_topk_logprobs_BTK, x.teacher_topk_logprobs_BTK, cfg.topk_kl_direction)
+        per_token = per_token + cfg.topk_kl_coef * tkl
+        metrics["topk_kl"] = _masked_mean(tkl, mask)
 
     loss = torch.where(mask, per_token, 0.0).sum() / _denominator(x, mask)
     clip_active = ((adv > 0) & (ratio > 1 + cfg.clip_high)) | ((adv < 0) & (ratio < 1 - cfg.clip_low))

@@ -61,6 +61,10 @@ class DistillConfig(RLConfig):
     @model_validator(mode="after")
     def _every_env_has_a_teacher(self) -> "DistillConfig":
         self.teachers.check_envs([e.name for e in self.envs])
+        coef = float(self.algo.loss_args.get("topk_kl_coef", 0) or 0)
+        if bool(self.teachers.topk) != bool(coef):
+            raise ValueError("the top-k KL needs both teachers.topk > 0 and algo.loss_args.topk_kl_coef > 0 "
+                             f"(got topk={self.teachers.topk}, topk_kl_coef={coef})")
         return self
 
 

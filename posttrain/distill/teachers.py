@@ -90,12 +90,17 @@ class TeachersConfig(StrictModel):
     """The teachers; each domain may be owned by at most one."""
     default: str | None = None
     """Teacher for environments no teacher owns (None: every environment must be owned)."""
+    topk: int = Field(0, ge=0)
+    """> 0: teachers also give their top-k log-probs at every sampled position, for the top-k KL term
+    (``algo.loss_args.topk_kl_coef``); local teachers only."""
 
     @model_validator(mode="after")
     def _consistent(self) -> "TeachersConfig":
         names = [t.name for t in self.models]
         if len(set(names)) != len(names):
             raise ValueError(f"teacher names must be unique, got {names}")
+        if self.topk and any(t.url for t in self.models):
+            raise ValueError("topk > 0 needs local teachers (model:); url teachers give sampled-token log-probs only")
         if self.default is not None and self.default not in names:
             raise ValueError(f"default teacher {self.default!r} is not one of the teachers {names}")
         owner: dict[str, str] = {}
@@ -163,6 +168,23 @@ class LocalTeacher:
                                        self.temperature, self.pack, self.pad_id)
                 for i, lp in zip(mb, lps):
                     out[i] = lp.float().cpu().tolist()
+        return out
+
+    def score_topk(self, token_ids: Sequence[Sequence[int]], loss_masks: Sequence[Sequence[int]],
+                   k: int) -> list[tuple[list[float], Any, Any]]:
+        """Per sequence, from one forward: the sampled tokens' log-probs (as :meth:`score`) and the
+        teacher's k likeliest tokens at each of those positions, (log-probs, ids) each (n_sampled, k)."""
+        import torch
+
+        from posttrain.train.logprobs import micro_batches, topk_logprobs
+
+        out: list[tuple[list[float], Any, Any]] = [None] * len(token_ids)  # type: ignore[list-item]
+        with torch.inference_mode():
+            for mb in micro_batches([len(s) for s in token_ids], self.micro_batch_tokens, self.pack):
+                res = topk_logprobs(self.model, [token_ids[i] for i in mb], [loss_masks[i] for i in mb], k,
+                                    self.temperature, self.pack, self.pad_id)
+                for i, (sampled, lp, ids) in zip(mb, res):
+                    out[i] = (sampled.float().cpu().tolist(), lp.float().cpu().clone(), ids.cpu().clone())
         return out
 
 
@@ -336,13 +358,25 @@ class TeacherPool:
         for b, r in enumerate(rollouts):
             if valid[b]:
                 by_key[self.specs[self.route(r.env)].key].append(b)
+        k = self.cfg.topk
+        if k:  # top-k KL variant: (B, T, k) teacher log-probs and ids; padding rows stay 0
+            topk_lp_BTK = torch.zeros(*teacher_BT.shape, k)
+            topk_ids_BTK = torch.zeros(*teacher_BT.shape, k, dtype=torch.long)
         for key, rows in by_key.items():
             name = next(n for n, s in self.specs.items() if s.key == key)
-            lps = self.teacher(name).score([rollouts[b].token_ids for b in rows],
-                                           [rollouts[b].loss_mask for b in rows])
-            for b, lp in zip(rows, lps):
+            ids, masks = [rollouts[b].token_ids for b in rows], [rollouts[b].loss_mask for b in rows]
+            backend = self.teacher(name)
+            if not k:
+                for b, lp in zip(rows, backend.score(ids, masks)):
+                    teacher_BT[b, : len(lp)] = torch.tensor(lp, dtype=torch.float32)
+                continue
+            for b, (lp, lp_K, ids_K) in zip(rows, backend.score_topk(ids, masks, k)):  # type: ignore[attr-defined]
                 teacher_BT[b, : len(lp)] = torch.tensor(lp, dtype=torch.float32)
+                topk_lp_BTK[b, : lp_K.shape[0]] = lp_K
+                topk_ids_BTK[b, : ids_K.shape[0]] = ids_K
         batch.teacher_logprobs_BT = teacher_BT
+        if k:
+            batch.extras.update(teacher_topk_logprobs_BTK=topk_lp_BTK, teacher_topk_ids_BTK=topk_ids_BTK)
         seconds = time.perf_counter() - t0
 
         mask_BT = batch.mask_BT.bool()

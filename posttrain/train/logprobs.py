@@ -20,6 +20,11 @@ masked position, in order, with the autograd graph attached. Three things keep i
 The log-softmax is taken through ``cross_entropy`` in fp32, so no positions × V log-prob tensor is
 kept for the backward pass beyond the logits themselves.
 
+Top-k distillation (default off) needs two more views of the same kept logits: the teacher's k most
+likely tokens at each sampled position (:func:`topk_logprobs`, no grad needed) and the student's
+log-probs at those ids, with the graph (``sampled_logprobs(..., extra_ids=...)``). Both reuse the
+packing / padding path above; only the head on the kept logits differs.
+
 Shape suffixes (docs/algorithms.md): B sequences, T positions, K kept positions, V vocabulary.
 """
 
@@ -54,12 +59,59 @@ def sampled_logprobs(
     temperature: float = 1.0,
     pack: bool = True,
     pad_id: int = 0,
+    extra_ids: Sequence[Tensor] | None = None,
 ) -> list[Tensor]:
     """Per sequence, a 1-D tensor of the trainer's log-probs at its mask-1 positions (one forward).
 
     All sequences go through the model together (one packed row, or one padded batch): the caller
     splits a step into micro-batches (:func:`micro_batches`).
+
+    ``extra_ids`` (top-k distillation; default off): per sequence an (n_sampled, k) id tensor; each
+    result is then (n_sampled, 1 + k): column 0 the sampled token's log-prob as without it,
+    columns 1.. the log-probs of those ids at the same positions (same temperature, with grad).
     """
+    if extra_ids is None:
+        head = lambda logits_KV, targets_K, _: _scaled_logprobs(logits_KV, targets_K, temperature)  # noqa: E731
+    else:
+        if len(extra_ids) != len(token_ids):
+            raise ValueError(f"{len(token_ids)} sequences but {len(extra_ids)} extra_ids tensors")
+
+        def head(logits_KV: Tensor, targets_K: Tensor, positions: list[list[int]]) -> Tensor:
+            logp_KV = torch.log_softmax(logits_KV.float() / temperature, dim=-1)
+            ids_KJ = torch.cat([e.reshape(len(p), -1) for e, p in zip(extra_ids, positions)]).to(logits_KV.device)
+            return torch.cat([logp_KV.gather(1, targets_K[:, None]), logp_KV.gather(1, ids_KJ.long())], dim=1)
+    return _run(model, token_ids, loss_masks, temperature, pack, pad_id, head)
+
+
+def topk_logprobs(
+    model: Any,
+    token_ids: Sequence[Sequence[int]],
+    loss_masks: Sequence[Sequence[int]],
+    k: int,
+    temperature: float = 1.0,
+    pack: bool = True,
+    pad_id: int = 0,
+) -> list[tuple[Tensor, Tensor, Tensor]]:
+    """Per sequence, ``(sampled, topk_logprobs, topk_ids)`` at every mask-1 position, from one forward:
+    the sampled token's log-prob (n_sampled,) as :func:`sampled_logprobs` gives it, and the k most
+    likely next tokens' log-probs and ids (n_sampled, k), at ``temperature`` — a teacher's view for
+    top-k distillation."""
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+
+    def head(logits_KV: Tensor, targets_K: Tensor, positions: list[list[int]]) -> Tensor:
+        logp_KV = torch.log_softmax(logits_KV.float() / temperature, dim=-1)
+        top = logp_KV.topk(k, dim=-1)
+        # one tensor so the per-sequence split is shared; ids are exact as floats below 2**24
+        return torch.cat([logp_KV.gather(1, targets_K[:, None]), top.values, top.indices.float()], dim=1)
+
+    out = [o.reshape(-1, 1 + 2 * k) for o in _run(model, token_ids, loss_masks, temperature, pack, pad_id, head)]
+    return [(o[:, 0], o[:, 1 : 1 + k], o[:, 1 + k :].long()) for o in out]
+
+
+def _run(model: Any, token_ids: Sequence[Sequence[int]], loss_masks: Sequence[Sequence[int]], temperature: float,
+         pack: bool, pad_id: int, head: Any) -> list[Tensor]:
+    """Check the inputs, run the packed or padded forward, apply ``head`` to the kept logits."""
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 (the sampling temperature), got {temperature}")
     if len(token_ids) != len(loss_masks):
@@ -70,11 +122,11 @@ def sampled_logprobs(
     positions = [target_positions(m) for m in loss_masks]
     device = next(model.parameters()).device
     if pack:
-        return _packed(model, token_ids, positions, temperature, device)
-    return _padded(model, token_ids, positions, temperature, pad_id, device)
+        return _packed(model, token_ids, positions, head, device)
+    return _padded(model, token_ids, positions, head, pad_id, device)
 
 
-def _packed(model: Any, token_ids: Sequence[Sequence[int]], positions: list[list[int]], temperature: float,
+def _packed(model: Any, token_ids: Sequence[Sequence[int]], positions: list[list[int]], head: Any,
             device: Any) -> list[Tensor]:
     ids: list[int] = []
     pos_ids: list[int] = []
@@ -92,11 +144,11 @@ def _packed(model: Any, token_ids: Sequence[Sequence[int]], positions: list[list
         input_ids=torch.tensor([ids], device=device), position_ids=torch.tensor([pos_ids], device=device),
         logits_to_keep=torch.tensor(keep, device=device), use_cache=False,
     )
-    logp_K = _scaled_logprobs(out.logits[0], torch.tensor(targets, device=device), temperature)
+    logp_K = head(out.logits[0], torch.tensor(targets, device=device), positions)
     return list(logp_K.split([len(p) for p in positions]))
 
 
-def _padded(model: Any, token_ids: Sequence[Sequence[int]], positions: list[list[int]], temperature: float,
+def _padded(model: Any, token_ids: Sequence[Sequence[int]], positions: list[list[int]], head: Any,
             pad_id: int, device: Any) -> list[Tensor]:
     width = max(len(s) for s in token_ids)
     input_BT = torch.full((len(token_ids), width), pad_id, dtype=torch.long)
@@ -116,8 +168,8 @@ def _padded(model: Any, token_ids: Sequence[Sequence[int]], positions: list[list
         rows += [b] * len(pos)
         cols += [t - 1 - (width - keep) for t in pos]
         targets += [token_ids[b][t] for t in pos]
-    logp_K = _scaled_logprobs(logits_BKV[torch.tensor(rows), torch.tensor(cols)], torch.tensor(targets, device=device),
-                              temperature)
+    logp_K = head(logits_BKV[torch.tensor(rows), torch.tensor(cols)], torch.tensor(targets, device=device),
+                  positions)
     return list(logp_K.split([len(p) for p in positions]))
 
 

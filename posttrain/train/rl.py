@@ -405,6 +405,10 @@ def policy_gradient_backward(
 
     ``num_tokens`` (the token-normalisation denominator) counts every token still in the batch, also
     those of skipped zero-advantage rollouts, so skipping them does not change the update.
+
+    MOPD's top-k KL (off unless the teachers put ``teacher_topk_ids_BTK`` / ``_logprobs_BTK`` in
+    ``batch.extras``): the same forward also gives the student's log-probs at the teacher's top-k ids,
+    and no rollout is skipped (its KL term has a gradient even where the advantage is 0).
     """
     import contextlib
 
@@ -417,7 +421,9 @@ def policy_gradient_backward(
     mask_BT = batch.mask_BT.bool()
     T = mask_BT.shape[1]
     num_tokens = float(mask_BT.sum())
-    active_B = mask_BT & (advantages_BT != 0) if skip_zero_advantage else mask_BT
+    topk_ids_BTK = batch.extras.get("teacher_topk_ids_BTK")
+    skip = skip_zero_advantage and topk_ids_BTK is None
+    active_B = mask_BT & (advantages_BT != 0) if skip else mask_BT
     rows = torch.nonzero(active_B.any(dim=1)).flatten().tolist()
     sums: dict[str, float] = {}
     loss_total, n_weight = 0.0, 0.0
@@ -427,11 +433,18 @@ def policy_gradient_backward(
     for mb in micro_batches([len(rollouts[i].token_ids) for i in rows], micro_batch_tokens, pack):
         idx = [rows[j] for j in mb]
         with amp() if amp else contextlib.nullcontext():
+            extra = None if topk_ids_BTK is None else [topk_ids_BTK[i, : rollouts[i].response_tokens] for i in idx]
             lps = sampled_logprobs(model, [rollouts[i].token_ids for i in idx], [rollouts[i].loss_mask for i in idx],
-                                   temperature, pack, pad_id)
+                                   temperature, pack, pad_id, extra)
+            topk: dict[str, Any] = {}
+            if extra is not None:  # column 0: the sampled token; 1..k: the teacher's top-k ids
+                topk = {"student_topk_logprobs_BTK": torch.stack([F.pad(lp[:, 1:], (0, 0, 0, T - lp.shape[0]))
+                                                                  for lp in lps]),
+                        "teacher_topk_logprobs_BTK": batch.extras["teacher_topk_logprobs_BTK"][idx]}
+                lps = [lp[:, 0] for lp in lps]
             logprobs_BT = torch.stack([F.pad(lp, (0, T - lp.shape[0])) for lp in lps])
             out = loss_fn(LossInputs(logprobs_BT, mask_BT[idx], advantages_BT[idx], None,
-                                     batch.sampler_logprobs_BT[idx], num_tokens=num_tokens))
+                                     batch.sampler_logprobs_BT[idx], num_tokens=num_tokens, **topk))
         out.loss.backward()
         w = float(mask_BT[idx].sum())  # loss metrics are means over the micro-batch's tokens
         for k, v in out.metrics.items():
