@@ -30,6 +30,10 @@ Departures, and why:
 * **Teacher at the sampling temperature**, so a teacher equal to the student gives zero advantage;
   at temperature ≠ 1 the KL is between the tempered distributions.
 
+Opt-in top-k KL (``teachers.topk: k`` and ``algo.loss_args.topk_kl_coef``): local teachers also give
+their k likeliest tokens per position, and the ``pg`` loss adds the exact forward or reverse KL over
+that renormalised set (``losses.topk_kl``), differentiated directly; logged as ``topk_kl``.
+
 Metrics on top of RLVR's: ``time_teacher_s``, ``teacher_tokens``, ``teacher_tokens_per_s``,
 ``teacher_models_loaded``, ``mopd_gap`` and ``mopd_gap/<env>`` = mean(log π_S − log π_T) over the
 scored tokens — the sampled estimate of the reverse KL to the domain's teacher (it should fall).

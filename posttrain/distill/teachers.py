@@ -326,11 +326,15 @@ class TeacherPool:
 
     def check_tokenizers(self) -> None:
         """Compare every teacher's tokenizer with the student's before any weights are loaded."""
-        from posttrain.models.loading import load_tokenizer
+        from posttrain.models.loading import ModelNotFound, load_tokenizer
 
         for spec in self.cfg.models:
             if spec.model is not None:
-                compare_tokenizers(self.tokenizer, load_tokenizer(spec.model), spec.name)
+                try:
+                    tok = load_tokenizer(spec.model)
+                except ModelNotFound as e:
+                    raise ModelNotFound(f"teacher {spec.name!r}: {e}") from None
+                compare_tokenizers(self.tokenizer, tok, spec.name)
                 continue
             remote = self.teacher(spec.name)
             want = self.tokenizer(PROBE_TEXT, add_special_tokens=False)["input_ids"]
