@@ -12,14 +12,16 @@ MATH="name: math, args: {families: [addition, chain_sum, multiplication, mixed_a
 MCQ="name: mcq, train_tasks: 48, val_tasks: 48"
 INSTR="name: instruction, args: {min_constraints: 1, max_constraints: 2}, train_tasks: 48, val_tasks: 48"
 
-rl() {  # rl NAME [key=value ...]: one RL run, skipped when its last checkpoint exists
+done_() { [ -d "$E/$1/checkpoints/step_0000$2" ]; }  # done_ NAME STEPS: the last checkpoint exists
+
+rl() {  # rl NAME [key=value ...]: one 20-step RL run, skipped when finished (re-running resumes)
   local name=$1; shift
-  [ -d "$E/$name/checkpoints/step_000020" ] && { echo "$name: done"; return; }
+  done_ "$name" 20 && { echo "$name: done"; return; }
   posttrain rl -c $R run_dir="$E/$name" "$@" --no-progress > "$E/$name.log" 2>&1
 }
-distill() {
+distill() {  # distill NAME [key=value ...]: a 12-step MOPD run
   local name=$1; shift
-  [ -d "$E/$name/checkpoints/step_000020" ] && { echo "$name: done"; return; }
+  done_ "$name" 12 && { echo "$name: done"; return; }
   posttrain distill -c recipes/mopd_cpu.yaml run_dir="$E/$name" "$@" --no-progress > "$E/$name.log" 2>&1
 }
 
@@ -34,9 +36,11 @@ wait
 rl math_only "envs=[{$MATH}, {$MCQ, ratio: 0}, {$INSTR, ratio: 0}]" train.eval_every=5 &
 rl instruction_only "envs=[{$MATH, ratio: 0}, {$MCQ, ratio: 0}, {$INSTR}]" &
 wait
-# 3. MOPD: both specialists into the base; and MOPD vs GRPO (math_only) on math alone
-distill mopd_mix &
-distill mopd_math "envs=[{$MATH}, {$MCQ, ratio: 0}, {$INSTR, ratio: 0}]" train.eval_every=5 &
+# 3. MOPD (12 steps: the CPU budget): both specialists into the base; and MOPD vs GRPO (math_only)
+#    on math alone, compared by held-out score against rollouts spent
+distill mopd_mix train.steps=12 train.eval_every=6 train.save_every=6 &
+distill mopd_math "envs=[{$MATH}, {$MCQ, ratio: 0}, {$INSTR, ratio: 0}]" train.steps=12 train.eval_every=4 \
+  train.save_every=6 &
 wait
 # 4. seed noise: the two mix runs again with seed 1
 if [ "${SEEDS:-1}" -gt 1 ]; then
