@@ -14,14 +14,14 @@ INSTR="name: instruction, args: {min_constraints: 1, max_constraints: 2}, train_
 
 done_() { [ -d "$E/$1/checkpoints/step_0000$2" ]; }  # done_ NAME STEPS: the last checkpoint exists
 
-rl() {  # rl NAME [key=value ...]: one 20-step RL run, skipped when finished (re-running resumes)
-  local name=$1; shift
-  done_ "$name" 20 && { echo "$name: done"; return; }
-  posttrain rl -c $R run_dir="$E/$name" "$@" --no-progress > "$E/$name.log" 2>&1
+rl() {  # rl NAME STEPS [key=value ...]: one RL run, skipped when finished (re-running resumes)
+  local name=$1 steps=$2; shift 2
+  done_ "$name" "$steps" && { echo "$name: done"; return; }
+  posttrain rl -c $R run_dir="$E/$name" train.steps="$steps" "$@" --no-progress > "$E/$name.log" 2>&1
 }
-distill() {  # distill NAME [key=value ...]: a 12-step MOPD run
+distill() {  # distill NAME [key=value ...]: a 10-step MOPD run
   local name=$1; shift
-  done_ "$name" 12 && { echo "$name: done"; return; }
+  done_ "$name" 10 && { echo "$name: done"; return; }
   posttrain distill -c recipes/mopd_cpu.yaml run_dir="$E/$name" "$@" --no-progress > "$E/$name.log" 2>&1
 }
 
@@ -29,23 +29,24 @@ distill() {  # distill NAME [key=value ...]: a 12-step MOPD run
 [ -s "$E/profile.jsonl" ] || posttrain profile -c $R --k 4 --out "$E/profile.jsonl" --no-progress
 
 # 1. (a)+(c): the three-domain mix, curriculum vs uniform sampling, same seed and steps
-rl mix_curriculum &
-rl mix_random curriculum.kind=random &
+rl mix_curriculum 20 &
+rl mix_random 20 curriculum.kind=random &
 wait
-# 2. (b) + the MOPD teachers: one trained domain each, the other two validated (ratio 0)
-rl math_only "envs=[{$MATH}, {$MCQ, ratio: 0}, {$INSTR, ratio: 0}]" train.eval_every=5 &
-rl instruction_only "envs=[{$MATH, ratio: 0}, {$MCQ, ratio: 0}, {$INSTR}]" &
+# 2. (b) + the MOPD teachers: one trained domain each, the other two validated (ratio 0); 10 steps
+#    (the CPU budget), compared with the mix runs' step-10 validation
+SPEC="train.eval_every=5 train.save_every=5"
+rl math_only 10 "envs=[{$MATH}, {$MCQ, ratio: 0}, {$INSTR, ratio: 0}]" $SPEC &
+rl instruction_only 10 "envs=[{$MATH, ratio: 0}, {$MCQ, ratio: 0}, {$INSTR}]" $SPEC &
 wait
-# 3. MOPD (12 steps: the CPU budget): both specialists into the base; and MOPD vs GRPO (math_only)
-#    on math alone, compared by held-out score against rollouts spent
-distill mopd_mix train.steps=12 train.eval_every=6 train.save_every=6 &
-distill mopd_math "envs=[{$MATH}, {$MCQ, ratio: 0}, {$INSTR, ratio: 0}]" train.steps=12 train.eval_every=4 \
-  train.save_every=6 &
+# 3. MOPD, 10 steps: both specialists into the base; and MOPD vs GRPO (math_only) on math alone,
+#    compared by held-out score against rollouts spent
+distill mopd_mix train.steps=10 $SPEC &
+distill mopd_math "envs=[{$MATH}, {$MCQ, ratio: 0}, {$INSTR, ratio: 0}]" train.steps=10 $SPEC &
 wait
 # 4. seed noise: the two mix runs again with seed 1
-if [ "${SEEDS:-1}" -gt 1 ]; then
-  rl mix_curriculum_seed1 train.seed=1 &
-  rl mix_random_seed1 train.seed=1 curriculum.kind=random &
+if [ "${SEEDS:-1}" -gt 1 ]; then  # SEEDS=2 bash scripts/rl_evidence.sh
+  rl mix_curriculum_seed1 20 train.seed=1 &
+  rl mix_random_seed1 20 train.seed=1 curriculum.kind=random &
   wait
 fi
 echo "evidence runs finished: python scripts/rl_evidence_report.py"
