@@ -25,6 +25,15 @@ likely tokens at each sampled position (:func:`topk_logprobs`, no grad needed) a
 log-probs at those ids, with the graph (``sampled_logprobs(..., extra_ids=...)``). Both reuse the
 packing / padding path above; only the head on the kept logits differs.
 
+**Shared prompts** (packed path): the G rollouts of a task start with the same prompt ids. Packing
+them as G separate sequences runs the prompt through the model G times; instead the row holds the
+prompt once, followed by each completion, with an explicit 4-D attention mask (a completion sees
+its prompt and itself, causally; nothing else) and position ids that continue from the prompt's
+end. Logits, log-probs and gradients are those of the separate sequences (tested to float
+tolerance); the forward and backward cost drops from G·(prompt + completion) to prompt +
+G·completion tokens. A "prompt" is everything before a sequence's first sampled token, so a
+multi-turn episode shares its first prompt only.
+
 Shape suffixes (docs/algorithms.md): B sequences, T positions, K kept positions, V vocabulary.
 """
 
@@ -60,8 +69,10 @@ def sampled_logprobs(
     pack: bool = True,
     pad_id: int = 0,
     extra_ids: Sequence[Tensor] | None = None,
+    share_prompts: bool = True,
 ) -> list[Tensor]:
     """Per sequence, a 1-D tensor of the trainer's log-probs at its mask-1 positions (one forward).
+    ``share_prompts`` (packed only): sequences with the same prompt share one copy of it.
 
     All sequences go through the model together (one packed row, or one padded batch): the caller
     splits a step into micro-batches (:func:`micro_batches`).
@@ -80,7 +91,7 @@ def sampled_logprobs(
             logp_KV = torch.log_softmax(logits_KV.float() / temperature, dim=-1)
             ids_KJ = torch.cat([e.reshape(len(p), -1) for e, p in zip(extra_ids, positions)]).to(logits_KV.device)
             return torch.cat([logp_KV.gather(1, targets_K[:, None]), logp_KV.gather(1, ids_KJ.long())], dim=1)
-    return _run(model, token_ids, loss_masks, temperature, pack, pad_id, head)
+    return _run(model, token_ids, loss_masks, temperature, pack, pad_id, head, share_prompts)
 
 
 def topk_logprobs(
@@ -110,7 +121,7 @@ def topk_logprobs(
 
 
 def _run(model: Any, token_ids: Sequence[Sequence[int]], loss_masks: Sequence[Sequence[int]], temperature: float,
-         pack: bool, pad_id: int, head: Any) -> list[Tensor]:
+         pack: bool, pad_id: int, head: Any, share_prompts: bool = True) -> list[Tensor]:
     """Check the inputs, run the packed or padded forward, apply ``head`` to the kept logits."""
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 (the sampling temperature), got {temperature}")
@@ -122,12 +133,24 @@ def _run(model: Any, token_ids: Sequence[Sequence[int]], loss_masks: Sequence[Se
     positions = [target_positions(m) for m in loss_masks]
     device = next(model.parameters()).device
     if pack:
-        return _packed(model, token_ids, positions, head, device)
+        return _packed(model, token_ids, positions, head, device, share_prompts)
     return _padded(model, token_ids, positions, head, pad_id, device)
 
 
+def prompt_key(seq: Sequence[int], loss_mask: Sequence[int]) -> tuple[int, ...]:
+    """The ids before the first sampled token: sequences with equal keys can share them."""
+    first = next((t for t, m in enumerate(loss_mask) if m), len(seq))
+    return tuple(seq[:first])
+
+
 def _packed(model: Any, token_ids: Sequence[Sequence[int]], positions: list[list[int]], head: Any,
-            device: Any) -> list[Tensor]:
+            device: Any, share_prompts: bool = True) -> list[Tensor]:
+    prompts = [tuple(seq[: pos[0]]) if pos else None for seq, pos in zip(token_ids, positions)]
+    counts: dict[Any, int] = {}
+    for key in prompts:
+        counts[key] = counts.get(key, 0) + 1
+    if share_prompts and any(n > 1 for key, n in counts.items() if key):
+        return _packed_shared(model, token_ids, positions, prompts, head, device)
     ids: list[int] = []
     pos_ids: list[int] = []
     keep: list[int] = []  # row positions whose logits predict a sampled token
@@ -143,6 +166,49 @@ def _packed(model: Any, token_ids: Sequence[Sequence[int]], positions: list[list
     out = model(
         input_ids=torch.tensor([ids], device=device), position_ids=torch.tensor([pos_ids], device=device),
         logits_to_keep=torch.tensor(keep, device=device), use_cache=False,
+    )
+    logp_K = head(out.logits[0], torch.tensor(targets, device=device), positions)
+    return list(logp_K.split([len(p) for p in positions]))
+
+
+def _packed_shared(model: Any, token_ids: Sequence[Sequence[int]], positions: list[list[int]],
+                   prompts: list[Any], head: Any, device: Any) -> list[Tensor]:
+    """One row: each distinct prompt once, then the completions that continue it (module docstring)."""
+    ids: list[int] = []
+    pos_ids: list[int] = []
+    group: list[int] = []  # per row position: which prompt it belongs to
+    member: list[int] = []  # -1 on prompt tokens, else the sequence index
+    keep: list[int] = []
+    targets: list[int] = []
+    placed: dict[Any, tuple[int, int]] = {}  # prompt → (row start, group id)
+    for b, (seq, pos) in enumerate(zip(token_ids, positions)):
+        p = pos[0] if pos else len(seq)
+        key = prompts[b] if pos else ("unsampled", b)  # a sequence with nothing sampled shares nothing
+        if key not in placed:
+            placed[key] = (len(ids), len(placed))
+            ids.extend(seq[:p])
+            pos_ids.extend(range(p))
+            group.extend([placed[key][1]] * p)
+            member.extend([-1] * p)
+        start, g = placed[key]
+        comp = len(ids)
+        ids.extend(seq[p:])
+        pos_ids.extend(range(p, len(seq)))
+        group.extend([g] * (len(seq) - p))
+        member.extend([b] * (len(seq) - p))
+        keep.extend(start + t - 1 if t - 1 < p else comp + t - 1 - p for t in pos)
+        targets.extend(seq[t] for t in pos)
+    if not keep:
+        return [torch.zeros(0, device=device) for _ in token_ids]
+    L = len(ids)
+    g_L, m_L = torch.tensor(group, device=device), torch.tensor(member, device=device)
+    causal_LL = torch.ones(L, L, dtype=torch.bool, device=device).tril()
+    allowed_LL = causal_LL & (g_L[:, None] == g_L[None, :]) & ((m_L[None, :] == -1) | (m_L[None, :] == m_L[:, None]))
+    dtype = next(model.parameters()).dtype
+    mask_11LL = torch.zeros(1, 1, L, L, dtype=dtype, device=device).masked_fill(~allowed_LL, torch.finfo(dtype).min)
+    out = model(
+        input_ids=torch.tensor([ids], device=device), position_ids=torch.tensor([pos_ids], device=device),
+        attention_mask=mask_11LL, logits_to_keep=torch.tensor(keep, device=device), use_cache=False,
     )
     logp_K = head(out.logits[0], torch.tensor(targets, device=device), positions)
     return list(logp_K.split([len(p) for p in positions]))
@@ -173,22 +239,39 @@ def _padded(model: Any, token_ids: Sequence[Sequence[int]], positions: list[list
     return list(logp_K.split([len(p) for p in positions]))
 
 
-def micro_batches(lengths: Sequence[int], max_tokens: int, pack: bool) -> list[list[int]]:
+def micro_batches(lengths: Sequence[int], max_tokens: int, pack: bool,
+                  prompts: Sequence[tuple[Any, int]] | None = None) -> list[list[int]]:
     """Split sequences (by index) into micro-batches of at most ``max_tokens`` tokens each.
 
     Packed, a micro-batch costs the sum of its lengths; padded, its row count × its longest length,
     so sequences are taken longest first to keep similar lengths together. A sequence longer than
     the budget gets a micro-batch of its own.
+
+    ``prompts`` (packed): per sequence ``(prompt key, prompt length)``; sequences with the same key
+    are kept together and the shared prompt is counted once per micro-batch (see shared prompts).
     """
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    if pack and prompts is not None:
+        first: dict[Any, int] = {}
+        for i, (key, _) in enumerate(prompts):
+            first.setdefault(key, i)
+        order = sorted(range(len(lengths)), key=lambda i: (first[prompts[i][0]], -lengths[i]))
+    else:
+        order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     out: list[list[int]] = []
+    seen: set[Any] = set()  # prompts already in the current micro-batch
     cost = 0
     for i in order:
-        extra = lengths[i] if pack else (lengths[out[-1][0]] if out else lengths[i])
+        if pack and prompts is not None and prompts[i][0] in seen:
+            extra = lengths[i] - prompts[i][1]
+        else:
+            extra = lengths[i] if pack else (lengths[out[-1][0]] if out else lengths[i])
         if out and cost + extra <= max_tokens:
             out[-1].append(i)
             cost += extra
         else:
             out.append([i])
             cost = lengths[i]
+            seen = set()
+        if prompts is not None:
+            seen.add(prompts[i][0])
     return out

@@ -187,8 +187,11 @@ class RLTrainConfig(StrictModel):
     steps: int = Field(50, ge=1)
     seed: int = 0
     """Seeds task sampling and generation: a resumed run draws the same batches."""
-    micro_batch_tokens: int = Field(4096, ge=16)
-    """Token budget of one forward/backward (packed row, or rows × longest when padded)."""
+    micro_batch_tokens: int = Field(1024, ge=16)
+    """Token budget of one forward/backward (packed row, or rows × longest when padded). Keep it
+    short on CPU: sdpa over a packed row computes the whole row × row attention under a block mask,
+    so cost and memory grow with the square of the row (a 4096-token row took minutes and ~7 GB on
+    the embedded model); on GPU with varlen flash attention, longer rows are fine."""
     pack: Literal["auto", "on", "off"] = "auto"
     """auto: pack attention-only models, pad hybrid (Mamba) ones."""
     precision: Literal["auto", "bf16", "fp32"] = "auto"
@@ -416,7 +419,7 @@ def policy_gradient_backward(
     import torch.nn.functional as F
 
     from posttrain.algos.losses import LossInputs
-    from posttrain.train.logprobs import micro_batches, sampled_logprobs
+    from posttrain.train.logprobs import micro_batches, prompt_key, sampled_logprobs
 
     mask_BT = batch.mask_BT.bool()
     T = mask_BT.shape[1]
@@ -430,7 +433,8 @@ def policy_gradient_backward(
     loads: dict[str, Any] = {}
     if monitor is not None:
         monitor.clear()  # drop the routing recorded while sampling / validating: only training passes count
-    for mb in micro_batches([len(rollouts[i].token_ids) for i in rows], micro_batch_tokens, pack):
+    prompts = [(key, len(key)) for key in (prompt_key(rollouts[i].token_ids, rollouts[i].loss_mask) for i in rows)]
+    for mb in micro_batches([len(rollouts[i].token_ids) for i in rows], micro_batch_tokens, pack, prompts):
         idx = [rows[j] for j in mb]
         with amp() if amp else contextlib.nullcontext():
             extra = None if topk_ids_BTK is None else [topk_ids_BTK[i, : rollouts[i].response_tokens] for i in idx]

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from posttrain.models.loading import load_model
-from posttrain.train.logprobs import micro_batches, sampled_logprobs, target_positions
+from posttrain.train.logprobs import micro_batches, prompt_key, sampled_logprobs, target_positions
 
 # (token ids, mask): single-turn completions, and a multi-turn one with two sampled segments
 SEQS = [
@@ -69,3 +69,48 @@ def test_micro_batches_respect_the_budget():
     padded = micro_batches(lengths, 14, pack=False)
     assert all(len(b) * max(lengths[i] for i in b) <= 14 or len(b) == 1 for b in padded)
     assert micro_batches([], 8, pack=True) == []
+
+
+# two groups sharing prompts (as GRPO's G rollouts of a task do), a multi-turn member with an
+# observation (mask 0) between its sampled turns, a lone sequence, and one with nothing sampled
+SHARED = [
+    ([5, 17, 33, 40, 41, 42], [0, 0, 0, 1, 1, 1]),
+    ([3, 4, 5, 6, 2], [0, 0, 0, 1, 1]),
+    ([5, 17, 33, 9], [0, 0, 0, 1]),
+    ([5, 17, 33, 40, 11, 12, 13, 14], [0, 0, 0, 1, 1, 0, 0, 1]),
+    ([3, 4, 5, 8, 8, 8, 8], [0, 0, 0, 1, 1, 1, 1]),
+    ([9, 9, 9], [0, 0, 0]),
+    ([1, 2, 3, 4], [0, 1, 1, 1]),
+]
+
+
+def test_shared_prompts_give_the_same_logprobs_and_gradients():
+    """One copy of each prompt + a 4-D mask = the separate sequences, values and gradients."""
+    torch.manual_seed(0)
+    m = load_model("tiny-llama", device="cpu", dtype=torch.float32).model
+    ids, masks = [s for s, _ in SHARED], [k for _, k in SHARED]
+    grads, outs = [], []
+    for share in (False, True):
+        m.zero_grad()
+        got = sampled_logprobs(m, ids, masks, 0.7, pack=True, share_prompts=share)
+        (torch.cat(got) * torch.linspace(-1, 1, sum(map(sum, masks)))).sum().backward()
+        outs.append([g.detach() for g in got])
+        grads.append({n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None})
+    for a, b in zip(*outs):
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-5)
+    assert grads[0].keys() == grads[1].keys()
+    for n in grads[0]:
+        torch.testing.assert_close(grads[0][n], grads[1][n], atol=1e-5, rtol=1e-4, msg=n)
+    with torch.no_grad():  # and equal to each sequence run alone
+        for (s, k), g in zip(SHARED, outs[1]):
+            if sum(k):
+                torch.testing.assert_close(g, naive(m, s, k, 0.7), atol=2e-5, rtol=1e-5)
+
+
+def test_micro_batches_keep_prompt_groups_together_and_count_the_prompt_once():
+    lengths = [10, 10, 10, 10, 6, 10]
+    prompts = [(("a",), 8), (("b",), 4), (("a",), 8), (("b",), 4), (("c",), 2), (("a",), 8)]
+    # a: 10 + 2 + 2 = 14 (prompt counted once), b: 10 + 6 = 16, c: 6
+    assert micro_batches(lengths, 16, True, prompts) == [[0, 2, 5], [1, 3], [4]]
+    assert micro_batches(lengths, 100, True, prompts) == [[0, 2, 5, 1, 3, 4]]
+    assert prompt_key([4, 5, 6, 7], [0, 0, 1, 1]) == (4, 5)
