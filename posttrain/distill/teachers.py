@@ -159,11 +159,12 @@ class LocalTeacher:
     def score(self, token_ids: Sequence[Sequence[int]], loss_masks: Sequence[Sequence[int]]) -> list[list[float]]:
         import torch
 
-        from posttrain.train.logprobs import micro_batches, sampled_logprobs
+        from posttrain.train.logprobs import micro_batches, prompt_key, sampled_logprobs
 
         out: list[list[float]] = [[] for _ in token_ids]
         with torch.inference_mode():
-            for mb in micro_batches([len(s) for s in token_ids], self.micro_batch_tokens, self.pack):
+            prompts = [(k, len(k)) for k in (prompt_key(s, m) for s, m in zip(token_ids, loss_masks))]  # shared once
+            for mb in micro_batches([len(s) for s in token_ids], self.micro_batch_tokens, self.pack, prompts):
                 lps = sampled_logprobs(self.model, [token_ids[i] for i in mb], [loss_masks[i] for i in mb],
                                        self.temperature, self.pack, self.pad_id)
                 for i, lp in zip(mb, lps):
@@ -176,11 +177,12 @@ class LocalTeacher:
         teacher's k likeliest tokens at each of those positions, (log-probs, ids) each (n_sampled, k)."""
         import torch
 
-        from posttrain.train.logprobs import micro_batches, topk_logprobs
+        from posttrain.train.logprobs import micro_batches, prompt_key, topk_logprobs
 
         out: list[tuple[list[float], Any, Any]] = [None] * len(token_ids)  # type: ignore[list-item]
         with torch.inference_mode():
-            for mb in micro_batches([len(s) for s in token_ids], self.micro_batch_tokens, self.pack):
+            prompts = [(k, len(k)) for k in (prompt_key(s, m) for s, m in zip(token_ids, loss_masks))]  # shared once
+            for mb in micro_batches([len(s) for s in token_ids], self.micro_batch_tokens, self.pack, prompts):
                 res = topk_logprobs(self.model, [token_ids[i] for i in mb], [loss_masks[i] for i in mb], k,
                                     self.temperature, self.pack, self.pad_id)
                 for i, (sampled, lp, ids) in zip(mb, res):
