@@ -29,11 +29,11 @@ and SFT and each RL run resume from their last checkpoint, so an interrupted pip
 where it stopped. ``--fresh`` starts over.
 
 Sizes: through ``after`` the default took about 13 minutes on 2 CPU cores and ``--quick`` about 3
-(docs/results/pipeline.md). The RL stages are estimates, not yet measured in the pipeline: each RL
-run (10 steps of 6 prompts x 6 rollouts of up to 96 tokens, plus two validations of 3 x 32 tasks)
-should take roughly 10 minutes, so rlvr adds about 10-12 with after_rl, ``--distill`` about 30
-more (three runs, MOPD also scoring with the teachers); ``--quick`` (2 steps, 8 tasks per domain)
-adds a few minutes per run.
+(docs/results/pipeline.md). The rlvr stage (10 steps of 6 prompts x 6 rollouts of up to 96 tokens,
+plus two validations of 3 x 32 tasks) took 25 minutes measured on cores shared with two other RL
+runs, about 70 s a step; alone it should take roughly half that. ``--distill`` runs three more RL
+runs of the same size (MOPD also scores with the teachers); ``--quick`` (2 steps, 8 tasks per
+domain) adds a few minutes per run.
 """
 
 from __future__ import annotations
