@@ -3,6 +3,8 @@
 #   bash scripts/rl_evidence.sh            # every stage not yet finished (re-running resumes)
 #   python scripts/rl_evidence_report.py   # tables + plots from the runs' metrics
 # Two runs at a time with one torch thread each: on 2 cores that beats one run with 2 threads.
+# (The recorded runs were scheduled by hand in the same way: each run started as soon as a core
+#  and its inputs were free; mopd_math right after math_only, mopd_mix after both specialists.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 R=recipes/rlvr_cpu.yaml
@@ -41,7 +43,9 @@ wait
 # 3. MOPD, 10 steps: both specialists into the base; and MOPD vs GRPO (math_only) on math alone,
 #    compared by held-out score against rollouts spent
 distill mopd_mix train.steps=10 $SPEC &
-distill mopd_math "envs=[{$MATH}, {$MCQ, ratio: 0}, {$INSTR, ratio: 0}]" train.steps=10 $SPEC &
+distill mopd_math "envs=[{$MATH}, {$MCQ, ratio: 0}, {$INSTR, ratio: 0}]" train.steps=10 $SPEC \
+  "teachers.models=[{name: math_rl, model: $E/math_only/checkpoints/step_000010, domains: [math]}]" \
+  teachers.default=math_rl &
 wait
 # 4. seed noise: the two mix runs again with seed 1
 if [ "${SEEDS:-1}" -gt 1 ]; then  # SEEDS=2 bash scripts/rl_evidence.sh
