@@ -25,8 +25,9 @@ Prints s/step for each and the ratio, and appends one JSON line to
 bench/results/grpo_vs_trl.jsonl. Run: ``python bench/grpo_vs_trl.py [--steps 2] [--threads 1]``.
 The machine is shared: the load average before and after is recorded with the figures.
 
-First result (2-core CPU, load average 3.3 → 4.1, 1 thread): posttrain 37.3 s/step (generate 20.5,
-train 16.6, 8 of 32 rollouts trained), TRL 179.2 s/step: 4.8×; see docs/rl.md for how to read it.
+Latest result (2-core CPU shared with one other run, load 2.4 → 2.1, 1 thread, TRL checkpointing
+off): posttrain 19.7 s/step (generate 12.9, train 6.7, 8 of 32 rollouts trained), TRL 116.4 s/step:
+5.9×; see docs/rl.md for how to read it.
 """
 
 from __future__ import annotations
@@ -99,6 +100,9 @@ def run_trl(model_spec: str, steps: int, out_dir: Path) -> dict[str, Any]:
         max_completion_length=MAX_NEW, temperature=1.0, learning_rate=LR, max_steps=steps + 1, beta=0.0,
         use_cpu=True, bf16=False, report_to="none", save_strategy="no", logging_steps=1, disable_tqdm=True,
         lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, adam_beta2=0.95, seed=0,
+        # TRL turns activation checkpointing on by default (a memory saving that recomputes the
+        # forward in the backward); posttrain does not checkpoint, so it is off here for equal work
+        gradient_checkpointing=False,
     )
     trainer = GRPOTrainer(model=model, reward_funcs=math_reward, args=cfg, train_dataset=data,
                           processing_class=tok, callbacks=[StepTimer()])
