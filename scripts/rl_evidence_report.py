@@ -105,20 +105,22 @@ def main() -> int:
         ax.legend(fontsize=7)
 
     fig, axes = plt.subplots(1, 3, figsize=(16, 4))
-    bars(axes[0], [("base", base)] + [(n, final[n]) for n in ("mix_curriculum",) if n in final],
-         "(a) multi-environment RLVR vs base")
-    bars(axes[1], [("base", base)] + [(n, final[n]) for n in ("mix_curriculum", "math_only", "instruction_only")
-                                      if n in final], "(b) single environment vs mix, equal steps")
+    bars(axes[0], [("base", base)] + [(n, final[n]) for n in ("mix_curriculum", "mix_random") if n in final],
+         "(a) multi-environment RLVR vs base (20 steps)")
+    at10 = [(f"{n} (step 10)", val_at(data[n], 10)) for n in ("mix_curriculum", "mix_random") if val_at(data[n], 10)]
+    bars(axes[1], [("base", base)] + at10 + [(n, final[n]) for n in ("math_only", "instruction_only") if n in final],
+         "(b) single environment vs mix, at step 10")
     bars(axes[2], [("base", base)] + [(n, final[n]) for n in ("mix_curriculum", "mix_random",
                                                               "mix_curriculum_seed1", "mix_random_seed1")
-                                      if n in final], "(c) curriculum vs random, equal steps")
+                                      if n in final], "(c) curriculum vs random, 20 steps")
     fig.tight_layout()
     fig.savefig(out / "rlvr.png", dpi=100)
     plt.close(fig)
 
     fig, axes = plt.subplots(1, 3, figsize=(16, 4))
-    bars(axes[0], [("base", base)] + [(n, final[n]) for n in ("math_only", "instruction_only", "mopd_mix")
-                                      if n in final], "MOPD: base, teachers, student")
+    bars(axes[0], [("base", base)] + [(label, final[n]) for n, label in (
+        ("math_only", "teacher: math_only"), ("instruction_only", "teacher: instruction_only"),
+        ("mopd_mix", "student: mopd_mix")) if n in final], "MOPD: base, teachers, student (10 steps)")
     for ax, xi, xlabel in ((axes[1], 0, "rollouts"), (axes[2], 1, "rollout tokens")):
         for n in ("math_only", "mopd_math"):
             if n in curves:
