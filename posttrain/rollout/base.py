@@ -43,3 +43,43 @@ class Generator(Protocol):
     ) -> list[list[Completion]]:
         """``n`` completions per prompt, in prompt order. ``tools[i]`` are prompt i's tools."""
         ...
+
+
+class TokenEngine:
+    """What every local engine shares: render chat prompts to ids with the project's chat template,
+    then sample from ids (``generate_ids``, each engine's own). ``HFGenerator`` and
+    ``VLLMGenerator`` inherit it, so prompt rendering cannot drift between them."""
+
+    tokenizer: Any
+
+    @classmethod
+    def from_spec(cls, spec: str, **kwargs: Any) -> Any:
+        from posttrain.models.loading import load_model
+
+        loaded = load_model(spec)
+        return cls(loaded.model, loaded.tokenizer, **kwargs)
+
+    def render_prompt(
+        self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None, reasoning: bool = True
+    ) -> list[int]:
+        from posttrain.models.chat_template import render
+
+        return render(self.tokenizer, messages, tools, add_generation_prompt=True, reasoning=reasoning).input_ids
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[Message]],
+        params: SamplingParams,
+        tools: Sequence[Sequence[dict[str, Any]] | None] | None = None,
+    ) -> list[list[Completion]]:
+        if tools is not None and len(tools) != len(prompts):
+            raise ValueError(f"{len(tools)} tool lists for {len(prompts)} prompts")
+        ids = [
+            self.render_prompt(msgs, tools[i] if tools is not None else None, params.reasoning)
+            for i, msgs in enumerate(prompts)
+        ]
+        return self.generate_ids(ids, params)
+
+    def generate_ids(self, prompt_ids: Sequence[Sequence[int]], params: SamplingParams,
+                     seeds: Sequence[int] | None = None) -> list[list[Completion]]:
+        raise NotImplementedError

@@ -63,8 +63,8 @@ import secrets
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from posttrain.models.chat_template import IM_END, render
-from posttrain.rollout.base import Completion, FinishReason, Message, SamplingParams
+from posttrain.models.chat_template import IM_END
+from posttrain.rollout.base import Completion, FinishReason, SamplingParams, TokenEngine
 
 
 def row_seed(seed: int, *parts: int | str) -> int:
@@ -125,7 +125,7 @@ class _Row:
     finish_reason: FinishReason = "length"
 
 
-class HFGenerator:
+class HFGenerator(TokenEngine):
     """Batched sampling from a local HF causal LM (see the module docstring for the design)."""
 
     def __init__(
@@ -159,33 +159,7 @@ class HFGenerator:
         # transformers 5 renamed the forward's ``past_key_values`` to ``cache`` (the old name warns)
         self.cache_kwarg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
-    @classmethod
-    def from_spec(cls, spec: str, **kwargs: Any) -> "HFGenerator":
-        from posttrain.models.loading import load_model
-
-        loaded = load_model(spec)
-        return cls(loaded.model, loaded.tokenizer, **kwargs)
-
-    # ------------------------------------------------------------------ public API
-
-    def render_prompt(
-        self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None, reasoning: bool = True
-    ) -> list[int]:
-        return render(self.tokenizer, messages, tools, add_generation_prompt=True, reasoning=reasoning).input_ids
-
-    def generate(
-        self,
-        prompts: Sequence[Sequence[Message]],
-        params: SamplingParams,
-        tools: Sequence[Sequence[dict[str, Any]] | None] | None = None,
-    ) -> list[list[Completion]]:
-        if tools is not None and len(tools) != len(prompts):
-            raise ValueError(f"{len(tools)} tool lists for {len(prompts)} prompts")
-        ids = [
-            self.render_prompt(msgs, tools[i] if tools is not None else None, params.reasoning)
-            for i, msgs in enumerate(prompts)
-        ]
-        return self.generate_ids(ids, params)
+    # from_spec, render_prompt and generate: TokenEngine (rollout/base.py)
 
     def generate_ids(
         self,

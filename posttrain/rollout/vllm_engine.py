@@ -57,8 +57,8 @@ import weakref
 from typing import Any, Iterable, Sequence
 
 from posttrain.errors import UserError
-from posttrain.models.chat_template import IM_END, render
-from posttrain.rollout.base import Completion, FinishReason, Message, SamplingParams
+from posttrain.models.chat_template import IM_END
+from posttrain.rollout.base import Completion, FinishReason, SamplingParams, TokenEngine
 from posttrain.rollout.engines import ENGINES
 from posttrain.rollout.hf import check_params, row_seed
 
@@ -169,7 +169,7 @@ def push_weights(llm: Any, weights: list[tuple[str, Any]]) -> None:
 
 
 @ENGINES.register("vllm")
-class VLLMGenerator:
+class VLLMGenerator(TokenEngine):
     """Sampling from a colocated ``vllm.LLM`` that mirrors the policy (see the module docstring)."""
 
     def __init__(
@@ -224,33 +224,7 @@ class VLLMGenerator:
             **llm_kwargs,
         )
 
-    @classmethod
-    def from_spec(cls, spec: str, **kwargs: Any) -> "VLLMGenerator":
-        from posttrain.models.loading import load_model
-
-        loaded = load_model(spec)
-        return cls(loaded.model, loaded.tokenizer, **kwargs)
-
-    # ------------------------------------------------------------------ public API
-
-    def render_prompt(
-        self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None, reasoning: bool = True
-    ) -> list[int]:
-        return render(self.tokenizer, messages, tools, add_generation_prompt=True, reasoning=reasoning).input_ids
-
-    def generate(
-        self,
-        prompts: Sequence[Sequence[Message]],
-        params: SamplingParams,
-        tools: Sequence[Sequence[dict[str, Any]] | None] | None = None,
-    ) -> list[list[Completion]]:
-        if tools is not None and len(tools) != len(prompts):
-            raise ValueError(f"{len(tools)} tool lists for {len(prompts)} prompts")
-        ids = [
-            self.render_prompt(msgs, tools[i] if tools is not None else None, params.reasoning)
-            for i, msgs in enumerate(prompts)
-        ]
-        return self.generate_ids(ids, params)
+    # from_spec, render_prompt and generate: TokenEngine (rollout/base.py)
 
     def generate_ids(
         self,
