@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "rl": ("posttrain.train.rl", "multi-environment RLVR with GRPO: curriculum, overlong/dynamic filters, masked IS, frozen MoE routers (resumable)"),
     "distill": ("posttrain.distill.stage", "multi-teacher on-policy distillation: each domain's teacher scores the student's rollouts (per-token reverse KL)"),
     "profile": ("posttrain.commands.profile", "sample k rollouts per training task and write the pass-rate profile JSONL for the RL curriculum"),
+    "validate": ("posttrain.commands.validate", "score a model on an RL run's held-out tasks, per task; --against: paired gain over another model"),
     "make-data": ("posttrain.data.synthetic", "write a generated SFT dataset (e.g. arithmetic with short reasoning)"),
     "curate": ("posttrain.data.curate", "generate, verify, filter and dedup SFT data from a teacher pool (resumable; --refresh merges a new pool)"),
     "profile-data": ("posttrain.data.profile", "behaviour profile of an SFT JSONL: lengths, turns, tool use, co-occurrence"),

@@ -22,7 +22,8 @@ Algorithm (RECIPE.md §2), one synchronous on-policy step:
    follow the load observed in the training forward passes.
 
 Validation (greedy, a few tasks per environment) runs every ``train.eval_every`` steps; the best
-mean validation reward is kept in ``<run_dir>/best``. Checkpoints every ``train.save_every`` steps
+mean validation reward is kept in ``<run_dir>/best``, and each task's reward and reason in
+``<run_dir>/validation/step_N.jsonl`` (compare two of them with ``posttrain validate --against``). Checkpoints every ``train.save_every`` steps
 use the SFT pattern (``train/checkpoint.py``); re-running the same command resumes. Metrics go to
 ``<run_dir>/metrics.jsonl`` and ``<run_dir>/rewards.png``.
 
@@ -63,6 +64,7 @@ sampling distribution's per-token entropy, at no extra cost); ``grad_norm``, ``l
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -469,19 +471,35 @@ def policy_gradient_backward(
 # --------------------------------------------------------------------------- validation, plots
 
 
-def validate(generator: Any, envs: dict[str, Any], cfg: RLConfig) -> dict[str, float]:
-    """Greedy mean reward per environment on its validation tasks, and their mean (``val_reward``)."""
+def validate(generator: Any, envs: dict[str, Any], cfg: RLConfig, records: Path | None = None,
+             progress: bool = False) -> dict[str, float]:
+    """Greedy mean reward per environment on its validation tasks, and their mean (``val_reward``).
+
+    ``records``: also write one JSONL row per task (``env, task_id, reward, reason, response_tokens,
+    finish_reason``), so two checkpoints can be compared task by task (``eval.compare``)."""
+    from tqdm.auto import tqdm
+
     from posttrain.eval.evaluate import evaluate
 
     out: dict[str, float] = {}
+    rows: list[dict[str, Any]] = []
     for spec in cfg.envs:
         if spec.val_tasks:
-            r = evaluate(generator, envs[spec.name], "validation", spec.val_tasks, k=1, temperature=0.0,
-                         max_new_tokens=cfg.rollout.max_new_tokens, seed=spec.task_seed,
-                         reasoning=cfg.rollout.reasoning, max_turns=cfg.rollout.max_turns)
+            with tqdm(total=spec.val_tasks, desc=f"validate {spec.name}", unit="task", disable=not progress) as bar:
+                r = evaluate(generator, envs[spec.name], "validation", spec.val_tasks, k=1, temperature=0.0,
+                             max_new_tokens=cfg.rollout.max_new_tokens, seed=spec.task_seed,
+                             reasoning=cfg.rollout.reasoning, max_turns=cfg.rollout.max_turns, progress=bar)
             out[f"val_reward/{spec.name}"] = r.mean_reward
+            rows += [{"env": spec.name, "task_id": t.task_id, "reward": t.samples[0].reward,
+                      "reason": t.samples[0].reason, "response_tokens": t.samples[0].response_tokens,
+                      "finish_reason": t.samples[0].finish_reason} for t in r.tasks]
     if out:
         out["val_reward"] = sum(out.values()) / len(out)
+    if records is not None:
+        records.parent.mkdir(parents=True, exist_ok=True)
+        tmp = records.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        os.replace(tmp, records)
     return out
 
 
@@ -647,7 +665,7 @@ def train_rl(cfg: RLConfig, progress: bool = True, stop_after: int | None = None
 
     def evaluate_and_track(step: int) -> dict[str, float]:
         model.eval()
-        val = validate(generator, envs, cfg)
+        val = validate(generator, envs, cfg, run_dir / "validation" / f"step_{step:06d}.jsonl")
         if "val_reward" in val and (best["val_reward"] is None or val["val_reward"] > best["val_reward"]):
             best.update(step=step, val_reward=val["val_reward"])
             tmp = run_dir / ".best.tmp"

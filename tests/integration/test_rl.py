@@ -87,6 +87,34 @@ def test_rl_run_writes_metrics_plot_and_checkpoints(tmp_path, capsys):
     before = load_model("tiny-llama", device="cpu", dtype=torch.float32).model.state_dict()
     after = load_file(str(run_dir / "checkpoints" / "step_000003" / "model.safetensors"))
     assert any(not torch.equal(before[k], after[k]) for k in after)  # the policy moved
+    for step, row in ((0, rows[0]), (3, rows[-1])):  # per-task validation records agree with the metric
+        recs = [json.loads(line) for line in (run_dir / "validation" / f"step_{step:06d}.jsonl").read_text().splitlines()]
+        assert [r["env"] for r in recs] == ["test_even_length"] * 2
+        assert sum(r["reward"] for r in recs) / 2 == pytest.approx(row["val_reward/test_even_length"])
+        assert all(r["reason"] in ("even", "odd") for r in recs)
+
+
+def test_validate_command_rescores_a_checkpoint_like_the_run(tmp_path, capsys):
+    """``posttrain validate`` on a run's config and checkpoint reproduces the run's own per-task
+    validation (same tasks, greedy), and ``--against`` prints the paired gain table."""
+    from posttrain.cli import main
+
+    run_dir = tmp_path / "run"
+    train_rl(_cfg(run_dir, **{"train.steps": 2, "train.eval_every": 2, "envs":
+                              "[{name: test_even_length, train_tasks: 12, val_tasks: 6}]"}), progress=False)
+    ran = (run_dir / "validation" / "step_000002.jsonl").read_text().splitlines()
+    out, base = tmp_path / "ckpt.jsonl", tmp_path / "base.jsonl"
+    common = ["validate", "-c", str(run_dir / "config.yaml"), "--no-progress", "--threads", "1"]
+    assert main(common + ["--model", "tiny-llama", "--out", str(base)]) == 0
+    assert main(common + ["--model", str(run_dir / "checkpoints" / "step_000002"), "--out", str(out),
+                          "--against", str(base)]) == 0
+    again = out.read_text().splitlines()
+    assert [json.loads(r)["task_id"] for r in again] == [json.loads(r)["task_id"] for r in ran]
+    assert [json.loads(r)["reward"] for r in again] == [json.loads(r)["reward"] for r in ran]
+    printed = capsys.readouterr().out
+    assert "| test_even_length | 6 |" in printed and "gain ± paired se" in printed
+    assert main(common + ["--out", str(tmp_path / "x.jsonl"), "--against", str(tmp_path / "missing.jsonl")]) == 2
+    assert "no such file" in capsys.readouterr().err
 
 
 def test_interrupted_run_resumes_to_identical_weights(tmp_path):

@@ -1,0 +1,62 @@
+"""Paired comparison of two models scored on the same tasks.
+
+Two held-out scores measured on the *same* tasks are not independent: most tasks are solved (or
+failed) by both models. The standard error of the gain is therefore the standard error of the
+per-task differences, ``sd(after − before) / sqrt(n)``, usually much smaller than the unpaired
+``sqrt(se_before² + se_after²)``. ``gained`` / ``lost`` count the tasks that flipped (for 0/1
+rewards these are McNemar's discordant pairs).
+
+Inputs are ``{task_id: reward}`` maps (``read_task_rewards`` reads them from the per-task JSONL
+that ``posttrain validate`` and the RL stage's validation write); only tasks present in both are
+compared, and a comparison with no shared task is an error, not a zero.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+
+@dataclass(frozen=True)
+class PairedGain:
+    n: int  # tasks scored by both
+    before: float  # mean reward
+    after: float
+    gain: float  # after − before
+    se: float  # standard error of the gain from the per-task differences (0 when n < 2)
+    gained: int  # tasks whose reward rose
+    lost: int  # tasks whose reward fell
+
+
+def paired_gain(before: Mapping[str, float], after: Mapping[str, float]) -> PairedGain:
+    """Mean gain over the tasks both maps score, with its paired standard error."""
+    ids = sorted(before.keys() & after.keys())
+    if not ids:
+        raise ValueError("no task is scored in both results: were they made with the same validation tasks?")
+    d = [after[i] - before[i] for i in ids]
+    n = len(d)
+    mean_d = sum(d) / n
+    se = math.sqrt(sum((x - mean_d) ** 2 for x in d) / (n - 1) / n) if n > 1 else 0.0
+    return PairedGain(
+        n=n, before=sum(before[i] for i in ids) / n, after=sum(after[i] for i in ids) / n, gain=mean_d, se=se,
+        gained=sum(x > 0 for x in d), lost=sum(x < 0 for x in d),
+    )
+
+
+def read_task_rewards(path: str | Path) -> dict[str, dict[str, float]]:
+    """``{env: {task_id: mean reward}}`` from a per-task validation JSONL (one row per task:
+    ``{"env", "task_id", "reward", ...}``)."""
+    out: dict[str, dict[str, float]] = {}
+    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            out.setdefault(str(row["env"]), {})[str(row["task_id"])] = float(row["reward"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"{path}:{n}: not a validation row ({e}); expected "
+                             '{"env": ..., "task_id": ..., "reward": ...}') from e
+    return out

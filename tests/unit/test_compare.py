@@ -1,0 +1,42 @@
+import json
+import math
+
+import pytest
+
+from posttrain.eval.compare import paired_gain, read_task_rewards
+
+
+def test_paired_gain_hand_computed():
+    before = {"a": 0.0, "b": 1.0, "c": 0.0, "d": 0.0}
+    after = {"a": 1.0, "b": 1.0, "c": 1.0, "d": 0.0, "extra": 1.0}  # "extra" is not in before: ignored
+    g = paired_gain(before, after)
+    # differences 1, 0, 1, 0: mean 0.5, sample variance 1/3, se = sqrt(1/3 / 4)
+    assert (g.n, g.gained, g.lost) == (4, 2, 0)
+    assert g.before == pytest.approx(0.25) and g.after == pytest.approx(0.75)
+    assert g.gain == pytest.approx(0.5)
+    assert g.se == pytest.approx(math.sqrt(1 / 3 / 4))
+
+
+def test_paired_se_is_smaller_than_unpaired_when_tasks_agree():
+    # 40 tasks both solve or both fail, 2 flip up: the paired se sees only the flips
+    before = {str(i): float(i < 20) for i in range(42)}
+    after = dict(before, **{"40": 1.0, "41": 1.0})
+    g = paired_gain(before, after)
+    unpaired = math.sqrt(g.before * (1 - g.before) / 42 + g.after * (1 - g.after) / 42)
+    assert g.gain == pytest.approx(2 / 42)
+    assert g.se < unpaired / 2
+
+
+def test_paired_gain_needs_shared_tasks():
+    with pytest.raises(ValueError, match="same validation tasks"):
+        paired_gain({"a": 1.0}, {"b": 1.0})
+
+
+def test_read_task_rewards(tmp_path):
+    f = tmp_path / "v.jsonl"
+    f.write_text("\n".join(json.dumps(r) for r in [
+        {"env": "math", "task_id": "m1", "reward": 1.0}, {"env": "mcq", "task_id": "q1", "reward": 0}]) + "\n")
+    assert read_task_rewards(f) == {"math": {"m1": 1.0}, "mcq": {"q1": 0.0}}
+    f.write_text('{"env": "math", "reward": 1}\n')
+    with pytest.raises(ValueError, match=r"v.jsonl:1: not a validation row"):
+        read_task_rewards(f)
