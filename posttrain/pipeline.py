@@ -97,7 +97,7 @@ QUICK = {"n_train": 400, "n_eval": 48, "n_val_rows": 24, "sft_steps": 10, "sft_b
 
 # The RL domains (as in recipes/rlvr_cpu.yaml): arithmetic families only (what a 135M model can
 # reach at all: a group whose rewards are all equal carries no GRPO signal), multiple choice, and
-# 1-2 verifiable formatting constraints with partial credit.
+# 1-2 verifiable formatting constraints (reward 1 only when all of them hold).
 RL_DOMAINS: dict[str, dict[str, Any]] = {
     "math": {"families": ["addition", "chain_sum", "multiplication", "mixed_arithmetic", "linear_equation"]},
     "mcq": {},
