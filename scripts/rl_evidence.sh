@@ -53,4 +53,23 @@ if [ "${SEEDS:-1}" -gt 1 ]; then  # SEEDS=2 bash scripts/rl_evidence.sh
   rl mix_random_seed1 20 train.seed=1 curriculum.kind=random &
   wait
 fi
+# 5. (a) final: the three-domain mix with a 256-token limit, instruction at twice the share of the
+#    others (4 of 8 prompts a step), 24 steps, 96 validation tasks per domain, seeds 0 and 1; then
+#    the base model and both final checkpoints rescored task by task for paired gains
+FINAL_ENVS="envs=[{${MATH/val_tasks: 48/val_tasks: 96}}, {${MCQ/val_tasks: 48/val_tasks: 96}}, {${INSTR/val_tasks: 48/val_tasks: 96}, ratio: 2}]"
+for S in 0 1; do
+  rl mix_final_seed$S 24 train.seed=$S train.eval_every=24 train.save_every=6 rollout.max_new_tokens=256 \
+    rollout.prompts_per_step=8 "$FINAL_ENVS" &
+done
+wait
+V=$E/final_val
+mkdir -p $V
+validate() {  # validate NAME MODEL: per-task held-out rewards on the final runs' validation tasks
+  [ -s "$V/$1.jsonl" ] || posttrain validate -c $E/mix_final_seed0/config.yaml --model "$2" --out "$V/$1.jsonl" \
+    --threads 1 --no-progress > "$V/$1.log" 2>&1
+}
+validate base embedded &
+validate seed0 $E/mix_final_seed0/checkpoints/step_000024 &
+wait
+validate seed1 $E/mix_final_seed1/checkpoints/step_000024
 echo "evidence runs finished: python scripts/rl_evidence_report.py"

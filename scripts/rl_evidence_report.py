@@ -2,10 +2,10 @@
 
     python scripts/rl_evidence_report.py [--runs runs/evidence] [--out docs/results]
 
-Held-out score = the run's own validation (greedy, 48 validation-split tasks per environment, the
-same tasks in every run), read from metrics.jsonl at step 0 (the base model) and at the last step.
-A score is a mean over 48 tasks, so its standard error is about sqrt(p(1-p)/48): 0.04-0.07 for the
-scores here; the table prints it.
+Held-out score = the run's own validation (greedy, n validation-split tasks per environment, the
+same tasks in every run with the same n), read from metrics.jsonl at step 0 (the base model) and at
+the last step. A score is a mean over n tasks, so its standard error is about sqrt(p(1-p)/n):
+0.04-0.07 for the n = 48 scores here, 0.03-0.05 for the n = 96 ones of (a)'s final runs.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ def val_at(rows: list[dict], step: int | None = None) -> dict[str, float]:
 
 
 def se(p: float, n: int = 48) -> float:
+    """Binomial standard error of a mean of n 0/1 rewards."""
     return math.sqrt(max(p * (1 - p), 0.0) / n)
 
 
@@ -50,6 +51,102 @@ def curve(rows: list[dict], env: str, per_step: int) -> list[tuple[int, float, f
         if f"val_reward/{env}" in r:
             out.append((rollouts, tokens, r[f"val_reward/{env}"]))
     return out
+
+
+FINAL = ["mix_final_seed0", "mix_final_seed1"]  # (a) final: 256 tokens, instruction share 2, 24 steps
+
+
+def paired_final(val_dir: Path) -> dict:
+    """Paired gains over the base on the same tasks (``posttrain validate`` files base / seed0 /
+    seed1.jsonl): per seed, and for the seed mean (each task's reward averaged over the seeds)."""
+    from posttrain.eval.compare import paired_gain, read_task_rewards
+
+    files = {n: val_dir / f"{n}.jsonl" for n in ("base", "seed0", "seed1")}
+    if not all(f.exists() for f in files.values()):
+        return {}
+    r = {n: read_task_rewards(f) for n, f in files.items()}
+    out: dict = {}
+    print("\npaired gain over the base (same tasks; ± = standard error of the per-task differences)\n")
+    print("| | " + " | ".join(ENVS) + " |")
+    print("|---|" + "---|" * len(ENVS))
+    for label in ("seed0", "seed1", "seed mean"):
+        row = {}
+        for e in ENVS:
+            after = (r[label][e] if label != "seed mean" else
+                     {t: (r["seed0"][e][t] + r["seed1"][e][t]) / 2 for t in r["seed0"][e]})
+            g = paired_gain(r["base"][e], after)
+            row[e] = {"before": g.before, "after": g.after, "gain": g.gain, "se": g.se, "gained": g.gained,
+                      "lost": g.lost, "n": g.n}
+        out[label] = row
+        print(f"| {label} | " + " | ".join(f"{row[e]['gain']:+.3f} ± {row[e]['se']:.3f} ({row[e]['gained']}↑ "
+                                          f"{row[e]['lost']}↓)" for e in ENVS) + " |")
+    return out
+
+
+def final_a(runs: Path, out: Path, summary: dict) -> None:
+    """(a)'s final runs: per-domain base vs each seed and the seed mean, with the standard error of
+    the seed-mean gain (base and the two runs counted as independent binomial means: conservative,
+    since all three are scored on the same tasks); writes rlvr_a.png."""
+    data = {n: read(runs / n) for n in FINAL if read(runs / n)}
+    if not data:
+        return
+    import yaml
+
+    n_val = min(e["val_tasks"] for e in yaml.safe_load((runs / next(iter(data)) / "config.yaml").read_text())["envs"])
+    base = next(iter(val_at(rows, 0) for rows in data.values()))
+    finals = {n: val_at(rows) for n, rows in data.items()}
+    steps = {n: rows[-1]["step"] for n, rows in data.items()}
+    print(f"\n(a) final: held-out score over {n_val} validation tasks per domain, steps {steps}\n")
+    print("| | " + " | ".join(ENVS) + " | mean |")
+    print("|---|" + "---|" * (len(ENVS) + 1))
+    table = [("base (step 0)", base)] + list(finals.items())
+    mean_f = {e: sum(f[e] for f in finals.values()) / len(finals) for e in ENVS}
+    table.append(("mean of seeds", mean_f))
+    for label, f in table:
+        print(f"| {label} | " + " | ".join(f"{f[e]:.3f} ± {se(f[e], n_val):.3f}" for e in ENVS)
+              + f" | {sum(f[e] for e in ENVS) / len(ENVS):.3f} |")
+    gain = {e: mean_f[e] - base[e] for e in ENVS}
+    gain_se = {e: math.sqrt(se(base[e], n_val) ** 2 + sum(se(f[e], n_val) ** 2 for f in finals.values())
+                            / len(finals) ** 2) for e in ENVS}
+    print("| gain (mean − base) | " + " | ".join(f"{gain[e]:+.3f} ± {gain_se[e]:.3f}" for e in ENVS) + " | |")
+    paired = paired_final(runs / "final_val")
+    summary["final_a"] = {"paired": paired, "n_val": n_val, "base": base, "final": finals, "mean": mean_f, "gain": gain,
+                          "gain_se": gain_se, "steps": steps,
+                          "minutes": {n: round((rows[-1]["time"] - rows[0]["time"]) / 60, 1)
+                                      for n, rows in data.items()}}
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    labels = [("base", base)] + [(n.replace("mix_final_", ""), f) for n, f in finals.items()]
+    w = 0.8 / len(labels)
+    for i, (label, f) in enumerate(labels):
+        vals = [f[e] for e in ENVS]
+        axes[0].bar([j + i * w for j in range(len(ENVS))], vals, w, label=label,
+                    yerr=[se(v, n_val) for v in vals], capsize=2)
+    axes[0].set_xticks([j + 0.4 - w / 2 for j in range(len(ENVS))], ENVS)
+    axes[0].set_ylabel(f"held-out score ({n_val} tasks)")
+    axes[0].set_title("(a) three-domain RLVR vs base")
+    axes[0].legend(fontsize=7)
+    for n, rows in data.items():  # batch pass rate per domain over steps (3-step moving mean)
+        for e in ENVS:
+            pts = [(r["step"], r[f"pass_rate/{e}"]) for r in rows if f"pass_rate/{e}" in r]
+            ys = [sum(p[1] for p in pts[max(0, i - 2):i + 1]) / len(pts[max(0, i - 2):i + 1]) for i in range(len(pts))]
+            axes[1].plot([p[0] for p in pts], ys, label=f"{e} {n.replace('mix_final_', '')}",
+                         ls="-" if n.endswith("0") else "--", color=f"C{ENVS.index(e)}")
+    target = [(r["step"], r["curriculum_target"]) for r in next(iter(data.values())) if "curriculum_target" in r]
+    if target:  # the curriculum moves to harder tasks, so the batch pass rate is meant to fall
+        axes[1].plot(*zip(*target), color="black", lw=1, ls=":", label="curriculum target")
+    axes[1].set_xlabel("step")
+    axes[1].set_ylabel("batch pass rate (3-step mean)")
+    axes[1].set_title("training batches")
+    axes[1].legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(out / "rlvr_a.png", dpi=100)
+    plt.close(fig)
 
 
 def main() -> int:
@@ -134,6 +231,8 @@ def main() -> int:
     fig.tight_layout()
     fig.savefig(out / "mopd.png", dpi=100)
     plt.close(fig)
+    final_a(runs, out, summary)
+    (out / "rl_evidence.json").write_text(json.dumps(summary, indent=1))
     print(f"\nwrote {out / 'rl_evidence.json'}, {out / 'rlvr.png'}, {out / 'mopd.png'}")
     return 0
 
