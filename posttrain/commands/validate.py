@@ -63,5 +63,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"{key}: {value:.3f}")
     print(f"wrote {args.out}")
     if args.against:
-        print(format_gains(read_task_rewards(args.against), read_task_rewards(args.out)))
+        try:
+            print(format_gains(read_task_rewards(args.against), read_task_rewards(args.out)))
+        except ValueError as e:  # a malformed or unrelated --against file: the scores above are kept
+            raise UserError(f"--against: {e}") from e
     return 0
