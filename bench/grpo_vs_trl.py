@@ -47,7 +47,7 @@ PROMPTS, GROUP, MAX_NEW, LR = 8, 4, 48, 1e-6
 
 
 def run_posttrain(model: str, steps: int, run_dir: Path) -> dict[str, Any]:
-    from posttrain.config import load_config
+    from posttrain.configs import load_config
     from posttrain.train.metrics import read_metrics
     from posttrain.train.rl import RLConfig, train_rl
 

@@ -40,7 +40,7 @@ QUESTIONS = [
 
 
 def run_hf_generator(gen: Any, prompts: list[list[dict]], n: int, max_new: int, seed: int) -> int:
-    from posttrain.rollout.base import SamplingParams
+    from posttrain.engines.base import SamplingParams
 
     out = gen.generate(prompts, SamplingParams(max_new_tokens=max_new, temperature=1.0, n=n, seed=seed))
     return sum(len(c.token_ids) for comps in out for c in comps)
@@ -89,7 +89,7 @@ def main() -> None:
     import torch
 
     from posttrain.models.loading import load_model
-    from posttrain.rollout.hf import HFGenerator
+    from posttrain.engines.hf import HFGenerator
 
     loaded = load_model(args.model, device="cpu", dtype=torch.float32)
     gen = HFGenerator(loaded.model, loaded.tokenizer, batch_size=args.prompts * args.n, num_threads=args.threads)

@@ -37,7 +37,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "teacher_scoring.jsonl"
 
 
 def run_distill(args: argparse.Namespace, run_dir: Path) -> list[dict[str, Any]]:
-    from posttrain.config import load_config
+    from posttrain.configs import load_config
     from posttrain.distill.stage import DistillConfig, train_distill
     from posttrain.train.metrics import read_metrics
 

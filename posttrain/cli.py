@@ -14,7 +14,7 @@ import sys
 # name → (module, one-line help). Order is the order shown in --help.
 COMMANDS: dict[str, tuple[str, str]] = {
     "setup": ("posttrain.commands.setup", "convert the embedded model once and check the install"),
-    "pipeline": ("posttrain.pipeline", "run the whole recipe on the embedded model and report what it achieved"),
+    "pipeline": ("posttrain.experiments.pipeline", "run the whole recipe on the embedded model and report what it achieved"),
     "sft": ("posttrain.train.sft", "supervised fine-tuning on conversation JSONL (packing, WSD, LoRA, resume)"),
     "rl": ("posttrain.train.rl", "multi-environment RLVR with GRPO: curriculum, overlong/dynamic filters, masked IS, frozen MoE routers (resumable)"),
     "distill": ("posttrain.distill.stage", "multi-teacher on-policy distillation: each domain's teacher scores the student's rollouts (per-token reverse KL)"),

@@ -35,7 +35,7 @@ from typing import Protocol, cast
 import torch
 from pydantic import Field
 
-from posttrain.config import StrictModel
+from posttrain.configs import StrictModel
 from posttrain.registry import Registry
 
 Tensor = torch.Tensor

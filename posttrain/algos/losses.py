@@ -51,7 +51,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field
 
-from posttrain.config import StrictModel
+from posttrain.configs import StrictModel
 from posttrain.registry import Registry
 
 Tensor = torch.Tensor

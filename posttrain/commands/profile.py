@@ -25,7 +25,6 @@ always solved (the curriculum drops them) and never solved.
 from __future__ import annotations
 
 import argparse
-from typing import Any, Sequence
 
 from posttrain.errors import UserError
 
@@ -50,53 +49,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def profile_rows(env_name: str, tasks: Sequence[Any]) -> list[Any]:
-    """One ``TaskProfile`` per evaluated task (``eval.evaluate``'s ``TaskResult``s)."""
-    from posttrain.algos.curriculum import profile_row
-
-    return [profile_row(t.task_id, env_name, t.rewards) for t in tasks]
-
-
-def describe(env_name: str, rows: Sequence[Any]) -> str:
-    """One summary line: mean pass rate, always-solved and never-solved shares."""
-    n = len(rows)
-    solved = sum(r.pass_rate >= 1.0 for r in rows)
-    never = sum(r.pass_rate <= 0.0 for r in rows)
-    mean = sum(r.pass_rate for r in rows) / n
-    return (f"{env_name}: {n} tasks, mean pass rate {mean:.3f}, always solved {solved} ({solved / n:.0%}, "
-            f"dropped by the curriculum), never solved {never} ({never / n:.0%})")
-
-
-def profile_envs(generator: Any, envs: dict[str, Any], pools: Sequence[tuple[str, int, int]], k: int,
-                 temperature: float, max_new_tokens: int, reasoning: bool, max_turns: int,
-                 progress: bool = True, out: str | None = None) -> list[Any]:
-    """Profile ``(env name, n train tasks, task seed)`` pools with ``k`` samples per task.
-
-    Prints one summary line per environment; with ``out``, rewrites the JSONL after each
-    environment so a late failure keeps the finished ones.
-    """
-    from tqdm.auto import tqdm
-
-    from posttrain.algos.curriculum import write_profile
-    from posttrain.eval.evaluate import evaluate
-
-    rows: list[Any] = []
-    for name, n, seed in pools:
-        with tqdm(total=n * k, desc=f"profile {name}", unit="rollout", disable=not progress) as bar:
-            result = evaluate(generator, envs[name], split="train", n_tasks=n, k=k, temperature=temperature,
-                              max_new_tokens=max_new_tokens, seed=seed, reasoning=reasoning, max_turns=max_turns,
-                              progress=bar)
-        mine = profile_rows(name, result.tasks)
-        print(describe(name, mine))
-        rows += mine
-        if out:
-            write_profile(out, rows)
-    return rows
-
-
 def _run_from_config(args: argparse.Namespace) -> int:
-    from posttrain.config import load_config
-    from posttrain.rollout.hf import HFGenerator
+    from posttrain.configs import load_config
+    from posttrain.engines.hf import HFGenerator
+    from posttrain.eval.profile import profile_envs
     from posttrain.train.rl import RLConfig, build_envs
 
     cfg = load_config(RLConfig, args.config, args.overrides)
@@ -122,8 +78,9 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--n and --k must be >= 1")
     if args.temperature <= 0:
         raise UserError("--temperature must be > 0: a greedy profile has pass rates of only 0 or 1")
+    from posttrain.eval.profile import profile_envs
     from posttrain.eval.run import build_env, env_names, make_eval_judge
-    from posttrain.rollout.hf import HFGenerator
+    from posttrain.engines.hf import HFGenerator
 
     names = env_names(args.env)
     generator = HFGenerator.from_spec(args.model or "embedded", batch_size=args.batch_size, num_threads=args.threads)

@@ -12,7 +12,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from posttrain.config import cache_dir
+    from posttrain.configs import cache_dir
 
     print(f"cache directory: {cache_dir()}  (set POSTTRAIN_CACHE to move it)")
     if not args.skip_model:

@@ -46,9 +46,9 @@ def format_gains(before: dict[str, dict[str, float]], after: dict[str, dict[str,
 
 
 def run(args: argparse.Namespace) -> int:
-    from posttrain.config import load_config
+    from posttrain.configs import load_config
     from posttrain.eval.compare import read_task_rewards
-    from posttrain.rollout.hf import HFGenerator
+    from posttrain.engines.hf import HFGenerator
     from posttrain.train.rl import RLConfig, build_envs, validate
 
     if args.against and not Path(args.against).is_file():

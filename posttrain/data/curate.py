@@ -64,7 +64,7 @@ from posttrain.errors import UserError
 
 if TYPE_CHECKING:
     from posttrain.envs.base import Environment, Task, VerifyResult
-    from posttrain.rollout.base import Generator, SamplingParams
+    from posttrain.engines.base import Generator, SamplingParams
 
 Message = dict[str, Any]
 Row = dict[str, Any]
@@ -631,7 +631,7 @@ class TeacherPool:
         return out
 
     def _episodes(self, gen: "Generator", tasks: list["Task"], params: "SamplingParams") -> list[list[Candidate]]:
-        from posttrain.rollout.multiturn import run_episodes
+        from posttrain.episodes.multiturn import run_episodes
 
         assert self.env is not None
         out: list[list[Candidate]] = [[] for _ in tasks]
@@ -654,10 +654,10 @@ def make_teacher(spec: str) -> tuple[str, "Generator"]:
     if not sep or "://" in name:
         name, rest = spec, spec
     if rest.startswith(("http://", "https://")):
-        from posttrain.rollout.openai_compat import OpenAIGenerator
+        from posttrain.engines.openai_compat import OpenAIGenerator
 
         return name, OpenAIGenerator.from_spec(rest)
-    from posttrain.rollout.hf import HFGenerator  # heavy (torch): only when a local teacher is asked for
+    from posttrain.engines.hf import HFGenerator  # heavy (torch): only when a local teacher is asked for
 
     return name, HFGenerator.from_spec(rest)
 
@@ -766,7 +766,7 @@ def _filters_config(args: argparse.Namespace) -> FiltersConfig:
 
 def run(args: argparse.Namespace) -> int:
     from posttrain.envs.base import make_env
-    from posttrain.rollout.base import SamplingParams
+    from posttrain.engines.base import SamplingParams
 
     env = make_env(args.env) if args.env else None
     if env is not None:

@@ -105,7 +105,7 @@ def _register(cls: type[Filter]) -> type[Filter]:
 # --------------------------------------------------------------------------- truncated
 
 
-# finish reasons of a generation (or an episode, rollout/multiturn.py) that did not end by itself
+# finish reasons of a generation (or an episode, episodes/multiturn.py) that did not end by itself
 _CUT_OFF = {"length": "hit_length_limit", "max_turns": "hit_turn_limit", "context": "hit_context_limit"}
 
 

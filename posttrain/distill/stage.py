@@ -97,7 +97,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from posttrain.config import load_config
+    from posttrain.configs import load_config
 
     cfg = load_config(DistillConfig, args.config, args.overrides)
     res = train_distill(cfg, progress=not args.no_progress)

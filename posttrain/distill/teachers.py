@@ -47,7 +47,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 from pydantic import Field, model_validator
 
-from posttrain.config import ConfigError, StrictModel
+from posttrain.configs import ConfigError, StrictModel
 from posttrain.errors import UserError
 
 
@@ -146,7 +146,7 @@ class LocalTeacher:
     """Weights in this process; scored with the trainer's packed log-prob routine, no grad."""
 
     def __init__(self, model: Any, temperature: float, micro_batch_tokens: int, pad_id: int) -> None:
-        from posttrain.train.sft import is_hybrid
+        from posttrain.models.facts import is_hybrid
 
         self.model = model.eval()
         for p in self.model.parameters():
@@ -159,7 +159,7 @@ class LocalTeacher:
     def score(self, token_ids: Sequence[Sequence[int]], loss_masks: Sequence[Sequence[int]]) -> list[list[float]]:
         import torch
 
-        from posttrain.train.logprobs import micro_batches, prompt_key, sampled_logprobs
+        from posttrain.models.logprobs import micro_batches, prompt_key, sampled_logprobs
 
         out: list[list[float]] = [[] for _ in token_ids]
         with torch.inference_mode():
@@ -177,7 +177,7 @@ class LocalTeacher:
         teacher's k likeliest tokens at each of those positions, (log-probs, ids) each (n_sampled, k)."""
         import torch
 
-        from posttrain.train.logprobs import micro_batches, prompt_key, topk_logprobs
+        from posttrain.models.logprobs import micro_batches, prompt_key, topk_logprobs
 
         out: list[tuple[list[float], Any, Any]] = [None] * len(token_ids)  # type: ignore[list-item]
         with torch.inference_mode():
@@ -205,14 +205,14 @@ class RemoteTeacher:
         self._client = client or httpx.Client(timeout=httpx.Timeout(timeout_s, connect=10.0))
 
     def _request(self, method: str, url: str, body: Any = None) -> Any:
-        from posttrain.rollout.openai_compat import request_json
+        from posttrain.engines.openai_compat import request_json
 
         return request_json(self._client, method, url, json_body=body, max_retries=self.max_retries)
 
     @property
     def model(self) -> str:
         if self._model is None:
-            from posttrain.rollout.openai_compat import RemoteCallError
+            from posttrain.engines.openai_compat import RemoteCallError
 
             listed = self._request("GET", f"{self.base_url}/models").get("data") or []
             if not listed:
@@ -223,7 +223,7 @@ class RemoteTeacher:
     def tokenize(self, text: str) -> list[int] | None:
         """The server's token ids for ``text`` (vLLM's ``/tokenize`` at the server root), or None when
         the server has no such endpoint."""
-        from posttrain.rollout.openai_compat import RemoteCallError
+        from posttrain.engines.openai_compat import RemoteCallError
 
         root = self.base_url[: -len("/v1")] if self.base_url.endswith("/v1") else self.base_url
         try:
@@ -236,7 +236,7 @@ class RemoteTeacher:
         return [int(t) for t in resp["tokens"]]
 
     def _score_one(self, ids: Sequence[int], mask: Sequence[int]) -> list[float]:
-        from posttrain.rollout.openai_compat import RemoteCallError
+        from posttrain.engines.openai_compat import RemoteCallError
 
         body = {"model": self.model, "prompt": list(ids), "max_tokens": 1, "echo": True, "logprobs": 0,
                 "temperature": 1.0, "return_tokens_as_token_ids": True}

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from posttrain.models.chat_template import split_reasoning
-from posttrain.rollout.base import Generator, Message, SamplingParams
+from posttrain.engines.base import Generator, Message, SamplingParams
 
 UNPARSEABLE = "judge_unparseable"
 SCORED = "judge_scored"
@@ -169,11 +169,11 @@ def make_judge(spec: str, **judge_kwargs: Any) -> LLMJudge:
     Hugging Face model for ``HFGenerator.from_spec``."""
     generator: Generator
     if spec.startswith(("http://", "https://")):
-        from posttrain.rollout.openai_compat import OpenAIGenerator
+        from posttrain.engines.openai_compat import OpenAIGenerator
 
         generator = OpenAIGenerator.from_spec(spec)
     else:
-        from posttrain.rollout.hf import HFGenerator  # heavy (torch); only when a local judge is asked for
+        from posttrain.engines.hf import HFGenerator  # heavy (torch); only when a local judge is asked for
 
         generator = HFGenerator.from_spec(spec)
     return LLMJudge(generator, **judge_kwargs)

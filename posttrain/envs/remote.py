@@ -30,7 +30,7 @@ import httpx
 
 from posttrain.envs.base import Environment, Episode, Message, Split, StepResult, Task, VerifyResult
 from posttrain.envs.server import INPUT_ROLES, messages_to_items
-from posttrain.rollout.openai_compat import assign_tool_call_ids, request_json, tool_to_responses
+from posttrain.engines.openai_compat import assign_tool_call_ids, request_json, tool_to_responses
 
 
 def build_verify_body(task: Task, messages: list[Message]) -> dict[str, Any]:

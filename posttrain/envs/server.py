@@ -56,7 +56,7 @@ from fastapi import Cookie as CookieParam
 from pydantic import BaseModel, ConfigDict, Field
 
 from posttrain.envs.base import Environment, Episode, Message, Task, make_env
-from posttrain.rollout.openai_compat import arguments_json, assign_tool_call_ids, tool_to_responses
+from posttrain.engines.openai_compat import arguments_json, assign_tool_call_ids, tool_to_responses
 
 log = logging.getLogger(__name__)
 

@@ -34,8 +34,8 @@ from typing import Any
 
 from posttrain.envs.base import Environment, Split
 from posttrain.eval.passk import avg_at_k, n_correct, pass_at_k
-from posttrain.rollout.base import Generator, SamplingParams
-from posttrain.rollout.multiturn import run_episodes
+from posttrain.engines.base import Generator, SamplingParams
+from posttrain.episodes.multiturn import run_episodes
 
 
 @dataclass

@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
 
     from posttrain.eval.evaluate import evaluate
     from posttrain.eval.report import format_table, write_json
-    from posttrain.rollout.hf import HFGenerator
+    from posttrain.engines.hf import HFGenerator
 
     generator = HFGenerator.from_spec(args.model, batch_size=args.batch_size, num_threads=args.threads)
     judge = make_eval_judge(args.judge, generator)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from posttrain.config import cache_dir
+from posttrain.configs import cache_dir
 from posttrain.errors import UserError
 
 EMBEDDED = "embedded"

@@ -14,7 +14,7 @@ import random
 from pathlib import Path
 from typing import Any, Callable
 
-from posttrain.config import cache_dir
+from posttrain.configs import cache_dir
 
 TOKENIZER_VOCAB = 512
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]

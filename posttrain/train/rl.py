@@ -16,7 +16,7 @@ Algorithm (RECIPE.md §2), one synchronous on-policy step:
 5. **Advantages** from the estimator named in the config (``grpo`` by default): the trainer never
    knows which one ran.
 6. **Update.** One forward + backward per micro-batch of packed rows gives the trainer's log-probs
-   of the sampled tokens (``train/logprobs.py``) and the ``pg`` loss (clip-higher, token-level
+   of the sampled tokens (``models/logprobs.py``) and the ``pg`` loss (clip-higher, token-level
    normalisation over the whole step, masked importance sampling against the sampler's log-probs);
    gradient clipping; AdamW. NemotronH: router weights are frozen, the aux-loss-free expert biases
    follow the load observed in the training forward passes.
@@ -75,7 +75,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from posttrain.config import ConfigError, StrictModel
+from posttrain.configs import ConfigError, StrictModel
 from posttrain.train.sft import MoEConfig, OptimConfig
 
 TRUNCATED = frozenset({"length", "context"})  # finish reasons of a rollout cut short (overlong)
@@ -151,7 +151,7 @@ class RolloutConfig(StrictModel):
     batch_size: int = Field(32, ge=1)
     """Rows the sampler decodes together."""
     engine: str = "hf"
-    """Rollout engine from the ENGINES registry (``rollout/engines.py``): ``hf`` (in-process lean CPU
+    """Rollout engine from the ENGINES registry (``engines/registry.py``): ``hf`` (in-process lean CPU
     loop over the live weights) or ``vllm`` (GPU, optional extra; weights pushed after every update)."""
     engine_args: dict[str, Any] = Field(default_factory=dict)
     """Engine constructor arguments (e.g. ``{gpu_memory_utilization: 0.3}`` for vllm)."""
@@ -298,8 +298,8 @@ def collect_rollouts(generator: Any, envs: dict[str, Any], picks: list[tuple[str
                      seed: int, group_offset: int = 0) -> tuple[list[Rollout], float, float]:
     """Sample G rollouts for each picked (env, task) and grade them: (rollouts, generate s, verify s).
     Rollouts answering ``picks[i]`` get group ``group_offset + i``."""
-    from posttrain.rollout.base import SamplingParams
-    from posttrain.rollout.multiturn import run_episodes
+    from posttrain.engines.base import SamplingParams
+    from posttrain.episodes.multiturn import run_episodes
 
     params = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, n=cfg.group_size,
                             seed=seed, reasoning=cfg.reasoning)
@@ -343,7 +343,7 @@ def refill(generator: Any, envs: dict[str, Any], pools: dict[str, dict[str, Any]
     """Replace the step's uninformative groups with fresh tasks of the same environments, for up to
     ``algo.refill_rounds`` rounds, until P groups are informative; surplus informative groups of
     the last round are discarded. Returns (rollouts, picks, stats)."""
-    from posttrain.rollout.hf import row_seed
+    from posttrain.engines.hf import row_seed
 
     P = cfg.rollout.prompts_per_step
     stats = {"refill_groups": 0.0, "time_generate_s": 0.0, "time_verify_s": 0.0}
@@ -421,7 +421,7 @@ def policy_gradient_backward(
     import torch.nn.functional as F
 
     from posttrain.algos.losses import LossInputs
-    from posttrain.train.logprobs import micro_batches, prompt_key, sampled_logprobs
+    from posttrain.models.logprobs import micro_batches, prompt_key, sampled_logprobs
 
     mask_BT = batch.mask_BT.bool()
     T = mask_BT.shape[1]
@@ -598,19 +598,19 @@ def train_rl(cfg: RLConfig, progress: bool = True, stop_after: int | None = None
 
     from posttrain.algos.advantages import make_advantage
     from posttrain.algos.curriculum import PlateauDetector, read_profile, target_mean
-    from posttrain.commands.profile import profile_envs
+    from posttrain.eval.profile import profile_envs
     from posttrain.algos.losses import make_loss
-    from posttrain.config import save_config
+    from posttrain.configs import save_config
     from posttrain.models import moe as moe_lib
     from posttrain.models.loading import load_model
-    from posttrain.rollout.engines import make_engine, sync_weights
-    from posttrain.rollout.hf import row_seed
+    from posttrain.engines.registry import make_engine, sync_weights
+    from posttrain.engines.hf import row_seed
     from posttrain.train.checkpoint import (latest_checkpoint, load_trainer_state, rng_state, save_checkpoint,
                                             save_hf_model, set_rng_state)
     from posttrain.train.metrics import MetricsLogger, truncate_metrics
     from posttrain.train.precision import autocast, resolve_precision
     from posttrain.train.schedule import wsd_lr_factor
-    from posttrain.train.sft import is_hybrid
+    from posttrain.models.facts import is_hybrid
 
     t_start = time.time()
     run_dir = Path(cfg.run_dir)
@@ -783,7 +783,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from posttrain.config import load_config
+    from posttrain.configs import load_config
 
     cfg = load_config(RLConfig, args.config, args.overrides)
     res = train_rl(cfg, progress=not args.no_progress)

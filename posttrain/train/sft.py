@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from posttrain.config import StrictModel
+from posttrain.configs import StrictModel
 
 # --------------------------------------------------------------------------- config
 
@@ -193,11 +193,6 @@ def target_positions(labels_1d: Any) -> Any:
     return torch.nonzero(nxt, as_tuple=False).flatten()
 
 
-def is_hybrid(model: Any) -> bool:
-    """Models with recurrent (Mamba) layers, which cannot be packed (see data/packing.py)."""
-    return "nemotron_h" in getattr(model.config, "model_type", "") or hasattr(model.config, "mamba_num_heads")
-
-
 def row_loss_sum(model: Any, batch: dict[str, Any]) -> tuple[Any, int]:
     """Summed token cross-entropy of one micro-batch, computing logits only where needed."""
     import torch
@@ -274,9 +269,10 @@ def train_sft(cfg: SFTConfig, progress: bool = True) -> SFTResult:
     import torch
     from tqdm.auto import tqdm
 
-    from posttrain.config import save_config
+    from posttrain.configs import save_config
     from posttrain.data.packing import pack_examples, pad_examples
     from posttrain.models import moe as moe_lib
+    from posttrain.models.facts import is_hybrid
     from posttrain.models.loading import load_model
     from posttrain.train.checkpoint import (latest_checkpoint, load_trainer_state, rng_state,
                                             save_checkpoint, set_rng_state)
@@ -421,7 +417,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from posttrain.config import load_config
+    from posttrain.configs import load_config
 
     cfg = load_config(SFTConfig, args.config, args.overrides)
     res = train_sft(cfg, progress=not args.no_progress)

@@ -16,7 +16,7 @@ import pytest
 
 from posttrain.data.conversations import read_conversations
 from posttrain.data.filters import DEFAULT_ORDER, FiltersConfig
-from posttrain.data.curation_experiment import compare, curation_stage, draw_unfiltered, read_candidates, recount
+from posttrain.experiments.curation import compare, curation_stage, draw_unfiltered, read_candidates, recount
 
 # a random model seldom stops within a few tokens: without the truncation filter, rows get through
 # (the other filters, dedup and k still apply), so the equal-size draw has something to match

@@ -31,7 +31,7 @@ from posttrain.envs.server import (
     task_to_row,
 )
 from posttrain.models.chat_template import ToolCallParseError, _arguments_of, parse_assistant
-from posttrain.rollout.openai_compat import RemoteCallError
+from posttrain.engines.openai_compat import RemoteCallError
 
 # --------------------------------------------------------------------------- stand-in environments
 

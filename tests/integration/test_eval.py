@@ -14,7 +14,7 @@ from posttrain.eval import run as eval_run
 from posttrain.eval.evaluate import evaluate
 from posttrain.eval.report import load_results
 from posttrain.models.loading import load_model
-from posttrain.rollout.hf import HFGenerator
+from posttrain.engines.hf import HFGenerator
 
 
 class ParityEnv(Environment):

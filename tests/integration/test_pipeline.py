@@ -18,8 +18,8 @@ import pytest
 import torch
 import yaml
 
-from posttrain import pipeline
-from posttrain.config import load_config
+from posttrain.experiments import pipeline
+from posttrain.configs import load_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 
 from posttrain.algos.advantages import make_advantage
 from posttrain.algos.losses import make_loss
-from posttrain.config import load_config
+from posttrain.configs import load_config
 from posttrain.envs.base import ENVIRONMENTS, Environment, Episode, StepResult, Task, VerifyResult, final_answer_text
 from posttrain.models.loading import load_model
 from posttrain.models.moe import find_routers
@@ -243,7 +243,7 @@ def test_multi_turn_rollouts_train_on_every_sampled_turn():
     """Tool/user environments go through run_episodes; the trainer scores exactly the sampled turns
     (its log-probs match the sampler's), and observation tokens get no loss."""
     from posttrain.models.chat_template import IM_END
-    from posttrain.rollout.hf import HFGenerator
+    from posttrain.engines.hf import HFGenerator
 
     tiny = load_model("tiny-llama", device="cpu", dtype=torch.float32)
     model, tok = tiny.model, tiny.tokenizer

@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from posttrain.config import load_config
+from posttrain.configs import load_config
 from posttrain.data.conversations import write_jsonl
 from posttrain.data.synthetic import arithmetic_rows
 from posttrain.train.sft import SFTConfig, train_sft

@@ -21,9 +21,9 @@ if not torch.cuda.is_available():
     pytest.skip("the vLLM engine needs a CUDA GPU", allow_module_level=True)
 
 from posttrain.models.loading import load_model  # noqa: E402
-from posttrain.rollout.base import SamplingParams  # noqa: E402
-from posttrain.rollout.engines import make_engine, sync_weights  # noqa: E402
-from posttrain.train.logprobs import sampled_logprobs  # noqa: E402
+from posttrain.engines.base import SamplingParams  # noqa: E402
+from posttrain.engines.registry import make_engine, sync_weights  # noqa: E402
+from posttrain.models.logprobs import sampled_logprobs  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from posttrain.config import ConfigError, load_config, save_config
+from posttrain.configs import ConfigError, load_config, save_config
 from posttrain.train.sft import SFTConfig
 
 

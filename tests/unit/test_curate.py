@@ -27,7 +27,7 @@ from posttrain.data.curate import (
 )
 from posttrain.envs.base import Environment, Episode, StepResult, Task, VerifyResult, final_answer_text
 from posttrain.models.chat_template import format_tool_call
-from posttrain.rollout.base import Completion, SamplingParams
+from posttrain.engines.base import Completion, SamplingParams
 
 VOCAB = [f"w{i}" for i in range(4000)]
 

@@ -1,4 +1,4 @@
-"""Rollout engines by name (``rollout/engines.py``) and the vLLM engine's glue, on the CPU.
+"""Rollout engines by name (``engines/registry.py``) and the vLLM engine's glue, on the CPU.
 
 vLLM is not installed here (and needs a GPU), so the ``VLLMGenerator`` tests run it against a
 stand-in ``vllm`` module put into ``sys.modules``: a fake ``LLM`` that records its constructor
@@ -22,9 +22,9 @@ import torch
 from posttrain.errors import UserError
 from posttrain.models.chat_template import IM_END
 from posttrain.models.loading import load_model
-from posttrain.rollout.base import SamplingParams
-from posttrain.rollout.engines import ENGINES, make_engine, sync_weights
-from posttrain.rollout.hf import HFGenerator, row_seed
+from posttrain.engines.base import SamplingParams
+from posttrain.engines.registry import ENGINES, make_engine, sync_weights
+from posttrain.engines.hf import HFGenerator, row_seed
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # shared fixture in tests/conftest.py
 
@@ -204,7 +204,7 @@ def test_vllm_engine_requests_and_completions(tiny, fake_vllm):
 
 
 def test_vllm_engine_rejects_an_abort(tiny, fake_vllm):
-    from posttrain.rollout.vllm_engine import to_completion
+    from posttrain.engines.vllm_engine import to_completion
 
     out = SimpleNamespace(token_ids=[11, 12], logprobs=[{11: SimpleNamespace(logprob=-1.0)},
                                                         {12: SimpleNamespace(logprob=-2.0)}], finish_reason="abort")

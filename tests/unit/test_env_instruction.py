@@ -22,7 +22,7 @@ from posttrain.envs.instruction.multiturn import CHANGES, InstructionMultiTurnEn
 from posttrain.envs.instruction.topics import TOPICS
 from posttrain.envs.instruction.writer import _FILLERS, write_response
 from posttrain.envs.judge import LLMJudge
-from posttrain.rollout.base import Completion
+from posttrain.engines.base import Completion
 
 # (constraint, texts that satisfy it, texts that do not)
 CASES = [

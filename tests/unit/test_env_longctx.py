@@ -11,7 +11,7 @@ from posttrain.envs.longctx import (
     names_in_order, parse_number, reference_text,
 )
 from posttrain.envs.judge import LLMJudge
-from posttrain.rollout.base import Completion
+from posttrain.engines.base import Completion
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from posttrain.envs.judge import (
     parse_score,
     verdict_from_reply,
 )
-from posttrain.rollout.base import Completion
+from posttrain.engines.base import Completion
 
 
 class ScriptedGenerator:
@@ -125,7 +125,7 @@ def test_pass_threshold_is_validated():
 
 
 def test_make_judge_picks_the_backend_from_the_spec(monkeypatch):
-    from posttrain.rollout.openai_compat import OpenAIGenerator
+    from posttrain.engines.openai_compat import OpenAIGenerator
 
     judge = make_judge("http://127.0.0.1:9/v1#judge-model", max_new_tokens=32)
     assert isinstance(judge.generator, OpenAIGenerator)
@@ -133,7 +133,7 @@ def test_make_judge_picks_the_backend_from_the_spec(monkeypatch):
     assert judge.max_new_tokens == 32
 
     seen = []
-    fake = types.ModuleType("posttrain.rollout.hf")
+    fake = types.ModuleType("posttrain.engines.hf")
 
     class HFGenerator:
         @classmethod
@@ -142,7 +142,7 @@ def test_make_judge_picks_the_backend_from_the_spec(monkeypatch):
             return ScriptedGenerator(["SCORE: 10/10"])
 
     fake.HFGenerator = HFGenerator
-    monkeypatch.setitem(sys.modules, "posttrain.rollout.hf", fake)
+    monkeypatch.setitem(sys.modules, "posttrain.engines.hf", fake)
     judge = make_judge("embedded")
     assert seen == ["embedded"]
     assert judge.judge([{"role": "user", "content": "x"}]).score == 1.0

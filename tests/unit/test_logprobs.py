@@ -1,4 +1,4 @@
-"""train/logprobs.py: packed and padded trainer log-probs equal a naive full-logits computation, one
+"""models/logprobs.py: packed and padded trainer log-probs equal a naive full-logits computation, one
 sequence at a time; gradients flow; micro-batches respect the token budget."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from posttrain.models.loading import load_model
-from posttrain.train.logprobs import micro_batches, prompt_key, sampled_logprobs, target_positions
+from posttrain.models.logprobs import micro_batches, prompt_key, sampled_logprobs, target_positions
 
 # (token ids, mask): single-turn completions, and a multi-turn one with two sampled segments
 SEQS = [

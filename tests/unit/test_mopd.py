@@ -19,7 +19,7 @@ from posttrain.distill.teachers import TeacherPool, TeachersConfig
 from posttrain.envs.base import Environment, Task, VerifyResult
 from posttrain.models.loading import load_model
 from posttrain.models.tiny import build_tiny, tiny_tokenizer
-from posttrain.train.logprobs import sampled_logprobs
+from posttrain.models.logprobs import sampled_logprobs
 from posttrain.train.rl import AlgoConfig, RLConfig, Rollout, collect_rollouts, score_rollouts
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -76,7 +76,7 @@ class CountEnv(Environment):
 
 
 def test_teacher_equal_to_student_gives_zero_advantage():
-    from posttrain.rollout.hf import HFGenerator
+    from posttrain.engines.hf import HFGenerator
 
     loaded = load_model("tiny-llama", device="cpu", dtype=torch.float32)
     env = CountEnv()

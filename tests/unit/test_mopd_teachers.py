@@ -10,11 +10,11 @@ import httpx
 import pytest
 import torch
 
-from posttrain.config import ConfigError, load_config
+from posttrain.configs import ConfigError, load_config
 from posttrain.distill.stage import DistillConfig
 from posttrain.distill.teachers import RemoteTeacher, TeacherPool, TeachersConfig, TeacherSpec, TokenizerMismatch
 from posttrain.models.tiny import build_tiny, tiny_dir, tiny_tokenizer
-from posttrain.train.logprobs import sampled_logprobs
+from posttrain.models.logprobs import sampled_logprobs
 from posttrain.train.rl import AlgoConfig, Rollout, score_rollouts
 
 pytestmark = pytest.mark.usefixtures("one_thread")

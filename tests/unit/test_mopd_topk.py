@@ -1,5 +1,5 @@
 """MOPD's top-k KL variant: the pure KL over the teacher's top-k (hand-computed), its term in the pg
-loss, the log-prob heads in train/logprobs.py against a naive full-vocabulary computation, and the
+loss, the log-prob heads in models/logprobs.py against a naive full-vocabulary computation, and the
 whole path (teacher pool → batch.extras → policy_gradient_backward) on tiny models."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from posttrain.algos.losses import LossInputs, make_loss, topk_kl
-from posttrain.config import ConfigError, load_config
+from posttrain.configs import ConfigError, load_config
 from posttrain.distill.stage import DistillConfig
 from posttrain.distill.teachers import TeacherPool, TeachersConfig
 from posttrain.models.loading import load_model
 from posttrain.models.tiny import build_tiny, tiny_tokenizer
-from posttrain.train.logprobs import sampled_logprobs, topk_logprobs
+from posttrain.models.logprobs import sampled_logprobs, topk_logprobs
 from posttrain.train.rl import AlgoConfig, Rollout, policy_gradient_backward, score_rollouts
 
 pytestmark = pytest.mark.usefixtures("one_thread")

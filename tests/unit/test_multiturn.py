@@ -15,9 +15,9 @@ import torch
 from posttrain.envs.base import Environment, Episode, StepResult, Task, VerifyResult
 from posttrain.models.chat_template import IM_END, render
 from posttrain.models.loading import load_model
-from posttrain.rollout.base import Completion, SamplingParams
-from posttrain.rollout.hf import HFGenerator
-from posttrain.rollout.multiturn import observation_ids, run_episodes
+from posttrain.engines.base import Completion, SamplingParams
+from posttrain.engines.hf import HFGenerator
+from posttrain.episodes.multiturn import observation_ids, run_episodes
 
 TOOLS = [{"type": "function", "function": {"name": "clock", "description": "tell the time",
                                            "parameters": {"type": "object", "properties": {}}}}]

@@ -12,8 +12,8 @@ from fastapi.responses import JSONResponse
 
 from posttrain.envs.server import running_server
 from posttrain.models.chat_template import parse_assistant
-from posttrain.rollout.base import SamplingParams
-from posttrain.rollout.openai_compat import (
+from posttrain.engines.base import SamplingParams
+from posttrain.engines.openai_compat import (
     OpenAIGenerator,
     RemoteCallError,
     assign_tool_call_ids,
@@ -230,7 +230,7 @@ def test_request_bodies_are_json(server):
 def test_non_idempotent_requests_are_not_retried_after_the_server_saw_them(server):
     import httpx
 
-    from posttrain.rollout.openai_compat import request_json
+    from posttrain.engines.openai_compat import request_json
 
     server.fail_next = [503]
     with httpx.Client() as client:

@@ -9,7 +9,7 @@ import pytest
 
 from posttrain.eval.evaluate import SampleResult, TaskResult, reason_label, summarize
 from posttrain.eval.passk import avg_at_k, n_correct, pass_at_k
-from posttrain.rollout.base import SamplingParams
+from posttrain.engines.base import SamplingParams
 
 
 @pytest.mark.parametrize("n,c,k,expected", [

@@ -14,8 +14,8 @@ import torch
 
 from posttrain.models.chat_template import IM_END, render
 from posttrain.models.loading import load_model
-from posttrain.rollout.base import SamplingParams
-from posttrain.rollout.hf import HFGenerator, check_params, sample_next
+from posttrain.engines.base import SamplingParams
+from posttrain.engines.hf import HFGenerator, check_params, sample_next
 
 PROMPTS = [
     [{"role": "user", "content": "What is 2 + 2?"}],

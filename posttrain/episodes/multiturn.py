@@ -42,8 +42,8 @@ from typing import Any, Sequence
 
 from posttrain.envs.base import Environment, Episode, Message, Task
 from posttrain.models.chat_template import render, render_segments
-from posttrain.rollout.base import Completion, Generator, SamplingParams
-from posttrain.rollout.hf import row_seed
+from posttrain.engines.base import Completion, Generator, SamplingParams
+from posttrain.engines.hf import row_seed
 
 
 @dataclass

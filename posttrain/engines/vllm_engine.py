@@ -1,6 +1,6 @@
 """The GPU rollout engine: a colocated ``vllm.LLM`` that samples for the policy being trained.
 
-``VLLMGenerator`` has the public surface of ``HFGenerator`` (``rollout/hf.py``): ``generate``,
+``VLLMGenerator`` has the public surface of ``HFGenerator`` (``engines/hf.py``): ``generate``,
 ``generate_ids`` (exact token prefixes, per-prompt seeds, used by the multi-turn loop),
 ``render_prompt``, ``model``/``tokenizer`` attributes, and the same meaning of what comes back, so
 the RL loop switches engines with ``rollout.engine: vllm`` and nothing else. It adds
@@ -36,7 +36,7 @@ Design, and where it follows vLLM's documented behaviour (checked against vLLM's
   and top-k/top-p), which is exactly the HF engine's contract: ``log_softmax(logits / T)``,
   restricted to the top-p nucleus and renormalised when ``top_p < 1``; for greedy decoding
   (``temperature == 0``) vLLM skips the temperature step and returns ``log_softmax(logits)``, the
-  model's own log-prob, again as the HF engine does. The trainer (``train/logprobs.py``) divides its
+  model's own log-prob, again as the HF engine does. The trainer (``models/logprobs.py``) divides its
   logits by the same T, so the importance ratio measures the policy change, not the temperature.
   Numerics still differ a little from the trainer's (vLLM's kernels, bf16), which the importance
   ratio's clipping absorbs.
@@ -58,9 +58,9 @@ from typing import Any, Iterable, Sequence
 
 from posttrain.errors import UserError
 from posttrain.models.chat_template import IM_END
-from posttrain.rollout.base import Completion, FinishReason, SamplingParams, TokenEngine
-from posttrain.rollout.engines import ENGINES
-from posttrain.rollout.hf import check_params, row_seed
+from posttrain.engines.base import Completion, FinishReason, SamplingParams, TokenEngine
+from posttrain.engines.registry import ENGINES
+from posttrain.engines.hf import check_params, row_seed
 
 MIN_VLLM = "0.10.2"  # logprobs_mode="processed_logprobs" returns post-temperature log-probs from here on
 INSTALL_HINT = "pip install 'posttrain[vllm]' on a CUDA machine"
@@ -224,7 +224,7 @@ class VLLMGenerator(TokenEngine):
             **llm_kwargs,
         )
 
-    # from_spec, render_prompt and generate: TokenEngine (rollout/base.py)
+    # from_spec, render_prompt and generate: TokenEngine (engines/base.py)
 
     def generate_ids(
         self,

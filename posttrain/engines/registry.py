@@ -18,14 +18,14 @@ ENGINES: Registry[Callable[..., Any]] = Registry("rollout engine")
 
 @ENGINES.register("hf")
 def _hf(model: Any, tokenizer: Any, **kwargs: Any) -> Any:
-    from posttrain.rollout.hf import HFGenerator
+    from posttrain.engines.hf import HFGenerator
 
     return HFGenerator(model, tokenizer, **kwargs)
 
 
 # Engines behind an optional extra register themselves when their module is imported; importing it
 # only when asked keeps `vllm` (and its CUDA torch) out of CPU installs.
-_OPTIONAL = {"vllm": "posttrain.rollout.vllm_engine"}
+_OPTIONAL = {"vllm": "posttrain.engines.vllm_engine"}
 
 
 def make_engine(name: str, model: Any, tokenizer: Any, **kwargs: Any) -> Any:

@@ -22,7 +22,7 @@ Stages:
                   ``distill.json`` and ``distill.png``;
 9. **curation** (``--curation``) — generate-then-filter from the model itself with the math verifier,
                   then SFT on the curated rows vs SFT on the same number of unfiltered samples
-                  (data/curation_experiment.py), and the held-out accuracy of both.
+                  (experiments/curation.py), and the held-out accuracy of both.
 
 Every stage writes its result to ``<run_dir>/stages/<name>.json``; a re-run skips finished stages,
 and SFT and each RL run resume from their last checkpoint, so an interrupted pipeline picks up
@@ -47,7 +47,7 @@ from typing import Any
 
 from pydantic import Field
 
-from posttrain.config import StrictModel
+from posttrain.configs import StrictModel
 
 
 class PipelineConfig(StrictModel):
@@ -68,7 +68,7 @@ class PipelineConfig(StrictModel):
     eval_batch_size: int = Field(32, ge=1)
     curation: bool = False
     """Add the curation stage: rejection sampling from the model itself with the math verifier, then
-    SFT on the curated rows vs on as many unfiltered samples (data/curation_experiment.py; ~12 min)."""
+    SFT on the curated rows vs on as many unfiltered samples (experiments/curation.py; ~12 min)."""
     rlvr: bool = True
     """Run the RLVR stage: multi-environment GRPO (math, mcq, instruction 1:1:1) from the SFT checkpoint."""
     rl_steps: int = Field(10, ge=1)
@@ -139,10 +139,11 @@ def measure(cfg: PipelineConfig, model_spec: str, data: dict[str, Any]) -> dict[
     from posttrain.data.synthetic import arithmetic_tasks
     from posttrain.envs.base import make_env
     from posttrain.models.loading import load_model
-    from posttrain.rollout.base import SamplingParams
-    from posttrain.rollout.hf import HFGenerator
+    from posttrain.engines.base import SamplingParams
+    from posttrain.engines.hf import HFGenerator
     from posttrain.train.precision import autocast
-    from posttrain.train.sft import heldout_loss, is_hybrid, tokenize_rows
+    from posttrain.models.facts import is_hybrid
+    from posttrain.train.sft import heldout_loss, tokenize_rows
 
     loaded = load_model(model_spec)
     rows, _ = read_conversations(data["validation"])
@@ -175,7 +176,7 @@ def measure(cfg: PipelineConfig, model_spec: str, data: dict[str, Any]) -> dict[
 
 
 def run_sft(cfg: PipelineConfig, run_dir: Path, data: dict[str, Any]) -> dict[str, Any]:
-    from posttrain.config import load_config
+    from posttrain.configs import load_config
     from posttrain.train.sft import SFTConfig, train_sft
 
     sft_cfg = load_config(SFTConfig, None, [
@@ -220,7 +221,7 @@ def validation_at(out_dir: Path, step: int) -> dict[str, float]:
 def run_rl(cfg: PipelineConfig, out_dir: Path, model: str, steps: int, ratios: dict[str, float],
            teachers: dict[str, Any] | None = None) -> dict[str, Any]:
     """One GRPO run, or with ``teachers`` one MOPD run; an interrupted run resumes from its checkpoint."""
-    from posttrain.config import load_config
+    from posttrain.configs import load_config
 
     over = rl_overrides(cfg, out_dir, model, steps, ratios)
     if teachers is None:
@@ -394,7 +395,7 @@ def distill_report(run_dir: Path, runs: dict[str, dict[str, Any]], rl: dict[str,
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--quick", action="store_true", help="small sizes (see QUICK in posttrain/pipeline.py)")
+    p.add_argument("--quick", action="store_true", help="small sizes (see QUICK in posttrain/experiments/pipeline.py)")
     p.add_argument("--config", "-c", help="YAML with PipelineConfig fields (see recipes/pipeline.yaml)")
     p.add_argument("--fresh", action="store_true", help="delete the run directory first instead of resuming")
     p.add_argument("--no-rlvr", action="store_true", help="skip the RLVR stage (and its after-RL measurement)")
@@ -407,7 +408,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from posttrain.config import load_config
+    from posttrain.configs import load_config
 
     overrides = ([f"{k}={v}" for k, v in QUICK.items()] if args.quick else []) + list(args.overrides)
     for flag, field in (("curation", "curation=true"), ("distill", "distill=true"), ("no_rlvr", "rlvr=false")):
@@ -434,7 +435,7 @@ def run(args: argparse.Namespace) -> int:
     if cfg.distill:
         print(distill_report(run_dir, run_distill(cfg, run_dir, sft), rl))
     if cfg.curation:
-        from posttrain.data.curation_experiment import compare, curation_stage
+        from posttrain.experiments.curation import compare, curation_stage
 
         cur_dir = run_dir / "curation"
         cur = _stage(run_dir, "curation", lambda: curation_stage(

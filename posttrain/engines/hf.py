@@ -1,6 +1,6 @@
 """The in-process CPU generation engine: a lean sampling loop over a Hugging Face causal LM.
 
-``HFGenerator`` implements the ``Generator`` protocol (``rollout/base.py``) for a local model, and
+``HFGenerator`` implements the ``Generator`` protocol (``engines/base.py``) for a local model, and
 adds ``generate_ids`` for callers that hold exact token prefixes (the multi-turn loop continues a
 conversation from the ids it sampled, never from re-encoded text).
 
@@ -64,7 +64,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from posttrain.models.chat_template import IM_END
-from posttrain.rollout.base import Completion, FinishReason, SamplingParams, TokenEngine
+from posttrain.engines.base import Completion, FinishReason, SamplingParams, TokenEngine
 
 
 def row_seed(seed: int, *parts: int | str) -> int:
@@ -159,7 +159,7 @@ class HFGenerator(TokenEngine):
         # transformers 5 renamed the forward's ``past_key_values`` to ``cache`` (the old name warns)
         self.cache_kwarg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
-    # from_spec, render_prompt and generate: TokenEngine (rollout/base.py)
+    # from_spec, render_prompt and generate: TokenEngine (engines/base.py)
 
     def generate_ids(
         self,

@@ -39,7 +39,7 @@ from typing import Any, Sequence
 import httpx
 
 from posttrain.models.chat_template import THINK_CLOSE, THINK_OPEN, format_tool_call
-from posttrain.rollout.base import Completion, FinishReason, Message, SamplingParams
+from posttrain.engines.base import Completion, FinishReason, Message, SamplingParams
 
 log = logging.getLogger(__name__)
 

@@ -178,8 +178,8 @@ def curation_stage(
     from posttrain.data.curate import CurateConfig, TeacherPool, curate, summary_path
     from posttrain.data.synthetic import arithmetic_tasks
     from posttrain.envs.base import make_env
-    from posttrain.rollout.base import SamplingParams
-    from posttrain.rollout.hf import HFGenerator
+    from posttrain.engines.base import SamplingParams
+    from posttrain.engines.hf import HFGenerator
 
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -285,7 +285,7 @@ def compare(
     base, SFT-unfiltered and SFT-curated on the same held-out problems. Stages are cached."""
     from posttrain.data.conversations import write_jsonl
     from posttrain.data.synthetic import arithmetic_rows
-    from posttrain.pipeline import PipelineConfig, _stage, measure, run_sft
+    from posttrain.experiments.pipeline import PipelineConfig, _stage, measure, run_sft
 
     run_dir = Path(run_dir)
     cfg = PipelineConfig(model=model_spec, run_dir=str(run_dir), seed=seed, n_eval=n_eval, n_val_rows=n_val_rows,
