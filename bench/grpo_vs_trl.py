@@ -49,7 +49,8 @@ PROMPTS, GROUP, MAX_NEW, LR = 8, 4, 48, 1e-6
 def run_posttrain(model: str, steps: int, run_dir: Path) -> dict[str, Any]:
     from posttrain.configs import load_config
     from posttrain.train.metrics import read_metrics
-    from posttrain.train.rl import RLConfig, train_rl
+    from posttrain.configs.rl import RLConfig
+    from posttrain.train.rl import train_rl
 
     cfg = load_config(RLConfig, None, [
         f"model={model}", f"run_dir={run_dir}", f"train.steps={steps + 1}", "train.eval_every=0",

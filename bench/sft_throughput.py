@@ -62,17 +62,20 @@ def anchor_step(model, opt, examples, pad_id: int) -> int:
 
 
 def posttrain_step(model, opt, examples, pad_id: int, seq: int, precision: str) -> int:
+    from posttrain.algos.losses import LossInputs, make_loss
     from posttrain.data.packing import pack_examples
     from posttrain.train.precision import autocast
-    from posttrain.train.sft import row_loss_sum
+    from posttrain.train.sft import row_logprobs
 
     rows = pack_examples(examples, seq, pad_id)
     n_targets = sum(r.n_target_tokens for r in rows)
+    ce = make_loss("ce")  # what the SFT stage runs per micro-batch (train/sft.py, train/loop.py)
     opt.zero_grad(set_to_none=True)
     for r in rows:
         with autocast(precision, "cpu"):
-            s, _ = row_loss_sum(model, r.to_tensors())
-        (s / n_targets).backward()
+            logprobs_BT, mask_BT = row_logprobs(model, r.to_tensors())
+            loss = ce(LossInputs(logprobs_BT, mask_BT, num_tokens=n_targets)).loss
+        loss.backward()
     opt.step()
     return sum(len(x) for r in rows for x in r.input_ids_BT)
 

@@ -38,7 +38,8 @@ RESULTS = Path(__file__).resolve().parent / "results" / "teacher_scoring.jsonl"
 
 def run_distill(args: argparse.Namespace, run_dir: Path) -> list[dict[str, Any]]:
     from posttrain.configs import load_config
-    from posttrain.distill.stage import DistillConfig, train_distill
+    from posttrain.configs.distill import DistillConfig
+    from posttrain.distill.stage import train_distill
     from posttrain.train.metrics import read_metrics
 
     teacher = args.teacher or args.model

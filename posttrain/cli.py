@@ -15,9 +15,9 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "setup": ("posttrain.commands.setup", "convert the embedded model once and check the install"),
     "pipeline": ("posttrain.experiments.pipeline", "run the whole recipe on the embedded model and report what it achieved"),
-    "sft": ("posttrain.train.sft", "supervised fine-tuning on conversation JSONL (packing, WSD, LoRA, resume)"),
-    "rl": ("posttrain.train.rl", "multi-environment RLVR with GRPO: curriculum, overlong/dynamic filters, masked IS, frozen MoE routers (resumable)"),
-    "distill": ("posttrain.distill.stage", "multi-teacher on-policy distillation: each domain's teacher scores the student's rollouts (per-token reverse KL)"),
+    "sft": ("posttrain.commands.sft", "supervised fine-tuning on conversation JSONL (packing, WSD, LoRA, resume)"),
+    "rl": ("posttrain.commands.rl", "multi-environment RLVR with GRPO: curriculum, overlong/dynamic filters, masked IS, frozen MoE routers (resumable)"),
+    "distill": ("posttrain.commands.distill", "multi-teacher on-policy distillation: each domain's teacher scores the student's rollouts (per-token reverse KL)"),
     "profile": ("posttrain.commands.profile", "sample k rollouts per training task and write the pass-rate profile JSONL for the RL curriculum"),
     "validate": ("posttrain.commands.validate", "score a model on an RL run's held-out tasks, per task; --against: paired gain over another model"),
     "make-data": ("posttrain.data.synthetic", "write a generated SFT dataset (e.g. arithmetic with short reasoning)"),

@@ -13,3 +13,45 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def pg_backward():
+    """One RL update's backward pass outside the loop: the stage's own row selection, micro-batching
+    and loss inputs (``train/rl.py``), accumulated into ``.grad``; returns the loss metrics
+    (token-weighted means) and ``rollouts_trained``."""
+    from posttrain.train.rl import rl_loss_inputs, rl_micro_batches, trained_rows
+
+    def run(model, rollouts, batch, advantages_BT, loss_fn, skip=True, pack=True, micro_batch_tokens=4096, pad_id=0):
+        rows = trained_rows(batch, advantages_BT, skip and not loss_fn.dense)
+        sums, weight = {}, 0.0
+        for idx in rl_micro_batches(rollouts, rows, micro_batch_tokens, pack):
+            x = rl_loss_inputs(model, rollouts, batch, advantages_BT, idx, pack, pad_id)
+            out = loss_fn(x)
+            out.loss.backward()
+            w = float(x.mask_BT.sum())
+            for k, v in out.metrics.items():
+                sums[k] = sums.get(k, 0.0) + v * w
+            weight += w
+        return {**{k: v / weight for k, v in sums.items()}, "rollouts_trained": len(rows)}
+
+    return run
+
+
+@pytest.fixture
+def sample_rollouts():
+    """Sample and verify as the RL stage does: G rollouts per (env, task) pick, graded by the
+    verifier scorer, carrying the rollout config's sampling settings."""
+    from posttrain.engines.base import SamplingParams
+    from posttrain.episodes.collect import Sampling, collect_rollouts
+    from posttrain.scorers.verifier import VerifierReward
+
+    def run(generator, envs, picks, cfg, seed):
+        params = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=seed,
+                                reasoning=cfg.reasoning)
+        rollouts, _ = collect_rollouts(generator, envs, picks, params, cfg.group_size, cfg.max_turns,
+                                       Sampling(cfg.temperature))
+        VerifierReward(envs)(rollouts)
+        return rollouts
+
+    return run

@@ -5,7 +5,8 @@ Every RL-like stage (RLVR, MOPD, RLHF, GenRM training) ends in the same place: a
 the rollouts were scored. So the trainer holds a :class:`ScoredBatch` and an estimator picked by
 name from :data:`ADVANTAGES`; it never knows which estimator ran (prime-rl's "algorithm is data").
 
-Estimators (each a small validated config with ``__call__(batch) -> advantages_BT``):
+Estimators (a function ``(batch, settings) -> advantages_BT`` registered under the ``type`` of its
+settings model in ``configs/plugins.py``):
 
 * ``grpo`` — group-relative: within the G rollouts of one prompt, ``A = r − mean(r)``, optionally
   divided by ``std(r) + eps``; the rollout's advantage is broadcast to every unmasked token.
@@ -30,12 +31,13 @@ Shape suffixes (see docs/algorithms.md): B rollouts, T token positions, P prompt
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, cast
+from functools import partial
+from typing import Any, Callable, Protocol
 
 import torch
-from pydantic import Field
+from pydantic import TypeAdapter
 
-from posttrain.configs import StrictModel
+from posttrain.configs.plugins import AdvantageConfig, GRPOAdvantageConfig, MOPDAdvantageConfig
 from posttrain.registry import Registry
 
 Tensor = torch.Tensor
@@ -113,23 +115,14 @@ class AdvantageEstimator(Protocol):
     def __call__(self, batch: ScoredBatch) -> Tensor: ...
 
 
-ADVANTAGES: Registry[type[StrictModel]] = Registry("advantage estimator")
+ADVANTAGES: Registry[Callable[[ScoredBatch, Any], Tensor]] = Registry("advantage estimator")
 
 
 @ADVANTAGES.register("grpo")
-class GRPOAdvantage(StrictModel):
+def grpo_advantages(batch: ScoredBatch, cfg: GRPOAdvantageConfig) -> Tensor:
     """Group-normalised outcome advantage (GRPO; ``scale_by_std=False`` is Dr. GRPO's variant)."""
-
-    scale_by_std: bool = True
-    """Divide by the group's reward std (+eps). Off removes the bias toward low-variance groups."""
-    eps: float = Field(1e-6, gt=0)
-    """Added to the std so a group with equal rewards gets 0, not NaN."""
-
-    def __call__(self, batch: ScoredBatch) -> Tensor:
-        adv_B = group_advantages(
-            batch.rewards_B, batch.group_ids_B, batch.valid_B, self.scale_by_std, self.eps
-        )
-        return broadcast_to_tokens(adv_B, batch.mask_BT)
+    adv_B = group_advantages(batch.rewards_B, batch.group_ids_B, batch.valid_B, cfg.scale_by_std, cfg.eps)
+    return broadcast_to_tokens(adv_B, batch.mask_BT)
 
 
 def mopd_token_advantages(teacher_logprobs_BT: Tensor, student_logprobs_BT: Tensor, mask_BT: Tensor) -> Tensor:
@@ -143,23 +136,21 @@ def mopd_token_advantages(teacher_logprobs_BT: Tensor, student_logprobs_BT: Tens
 
 
 @ADVANTAGES.register("mopd")
-class MOPDAdvantage(StrictModel):
-    """Multi-teacher on-policy distillation: dense per-token advantage from the domain's teacher."""
-
-    reward_coef: float = Field(0.0, ge=0)
-    """Weight of an added GRPO advantage from the verifier reward (0: pure distillation)."""
-    grpo: GRPOAdvantage = GRPOAdvantage()
-    """How the reward part is normalised when ``reward_coef > 0``."""
-
-    def __call__(self, batch: ScoredBatch) -> Tensor:
-        if batch.teacher_logprobs_BT is None or batch.sampler_logprobs_BT is None:
-            raise ValueError("mopd needs teacher_logprobs_BT and sampler_logprobs_BT in the ScoredBatch")
-        adv_BT = mopd_token_advantages(batch.teacher_logprobs_BT, batch.sampler_logprobs_BT, batch.mask_BT)
-        if self.reward_coef:
-            adv_BT = adv_BT + self.reward_coef * self.grpo(batch)
-        return adv_BT
+def mopd_advantages(batch: ScoredBatch, cfg: MOPDAdvantageConfig) -> Tensor:
+    """Multi-teacher on-policy distillation: dense per-token advantage from the domain's teacher,
+    plus ``reward_coef`` × the GRPO advantage of the verifier reward."""
+    if batch.teacher_logprobs_BT is None or batch.sampler_logprobs_BT is None:
+        raise ValueError("mopd needs teacher_logprobs_BT and sampler_logprobs_BT in the ScoredBatch")
+    adv_BT = mopd_token_advantages(batch.teacher_logprobs_BT, batch.sampler_logprobs_BT, batch.mask_BT)
+    if cfg.reward_coef:
+        adv_BT = adv_BT + cfg.reward_coef * grpo_advantages(batch, cfg.grpo)
+    return adv_BT
 
 
-def make_advantage(name: str, **config: object) -> AdvantageEstimator:
-    """Build a registered estimator from its name and config fields (validated)."""
-    return cast(AdvantageEstimator, ADVANTAGES.get(name).model_validate(config))
+_ADVANTAGE_CONFIG: TypeAdapter[Any] = TypeAdapter(AdvantageConfig)
+
+
+def make_advantage(spec: str | Any, **fields: object) -> AdvantageEstimator:
+    """An estimator from its config (or its ``type`` name plus fields, validated here)."""
+    cfg = _ADVANTAGE_CONFIG.validate_python({"type": spec, **fields} if isinstance(spec, str) else spec)
+    return partial(ADVANTAGES.get(cfg.type), cfg=cfg)

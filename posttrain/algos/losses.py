@@ -28,12 +28,16 @@ is the same for SFT, RLVR, MOPD, RLHF and DPO.
   dense teacher−student log-ratio (MOPD) plug in unchanged.
 * k3 KL to a reference (off by default, as in DAPO and the recipe): ``exp(ref−π) − (ref−π) − 1``,
   an unbiased, always non-negative estimate of KL(π‖ref) from samples of π.
-* Top-k distillation KL (off by default; MOPD's variant): ``topk_kl_coef · KL_t`` per token, where
-  KL_t is the exact forward or reverse KL between teacher and student *restricted to the teacher's
-  top-k tokens at that position and renormalised there* (:func:`topk_kl`). It adds a dense,
-  low-variance term next to the sampled one-token advantage; it is differentiated directly.
 
 ``ce`` — SFT cross-entropy on the mask (the assistant tokens), token-normalised the same way.
+
+Loss terms (:data:`LOSS_TERMS`) add to whichever loss runs, per token, with the same normalisation:
+
+``topk_kl`` — ``coef · KL_t`` per token, where KL_t is the exact forward or reverse KL between a
+target distribution and the policy *restricted to the target's top-k tokens at that position and
+renormalised there* (:func:`topk_kl`). A dense, low-variance term next to a sampled one-token
+advantage, differentiated directly; its targets come from a scorer (``topk_ids_BTK`` /
+``topk_target_logprobs_BTK``).
 
 ``dpo`` — rows come in pairs (chosen at even rows, rejected at odd rows); sequence log-probs are
 sums over the mask; ``loss = −log σ(β·((πc−refc) − (πr−refr)))`` averaged over pairs.
@@ -45,13 +49,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, cast
+from typing import Any, Callable, Literal, Protocol, Sequence
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field
+from pydantic import TypeAdapter
 
-from posttrain.configs import StrictModel
+from posttrain.configs.plugins import (CELossConfig, DPOLossConfig, LossConfig, LossTermConfig, PGLossConfig,
+                                       TopKKLConfig)
 from posttrain.registry import Registry
 
 Tensor = torch.Tensor
@@ -68,8 +73,8 @@ class LossInputs:
     sampler_logprobs_BT: Tensor | None = None  # pg: what the inference engine reported
     ref_logprobs_BT: Tensor | None = None  # pg with kl_coef > 0, dpo
     num_tokens: float | None = None  # token-normalisation denominator for the whole step
-    student_topk_logprobs_BTK: Tensor | None = None  # pg with topk_kl_coef > 0: π_θ at the teacher's top-k ids
-    teacher_topk_logprobs_BTK: Tensor | None = None  # … and the teacher's log-probs of those ids
+    topk_logprobs_BTK: Tensor | None = None  # topk_kl: π_θ at the target's top-k ids
+    topk_target_logprobs_BTK: Tensor | None = None  # … and the target's log-probs of those ids
 
 
 @dataclass
@@ -103,16 +108,17 @@ def k3_kl(logprobs_BT: Tensor, ref_logprobs_BT: Tensor) -> Tensor:
     return torch.exp(d) - d - 1
 
 
-def topk_kl(student_logprobs_BTK: Tensor, teacher_logprobs_BTK: Tensor,
+def topk_kl(policy_logprobs_BTK: Tensor, target_logprobs_BTK: Tensor,
             direction: Literal["forward", "reverse"]) -> Tensor:
-    """Per-token KL between teacher and student over the teacher's top-k tokens, both renormalised
-    to that set: forward KL(p_T‖p_S) (mass-covering) or reverse KL(p_S‖p_T) (mode-seeking).
+    """Per-token KL between a target and the policy over the target's top-k tokens, both
+    renormalised to that set: forward KL(p_T‖p_θ) (mass-covering) or reverse KL(p_θ‖p_T)
+    (mode-seeking).
 
     Renormalising makes each a true KL on k outcomes (≥ 0, zero iff the two agree up to a constant
-    on the set), whatever mass lies outside the top-k. The teacher side carries no gradient.
+    on the set), whatever mass lies outside the top-k. The target side carries no gradient.
     """
-    log_s = torch.log_softmax(student_logprobs_BTK.float(), dim=-1)
-    log_t = torch.log_softmax(teacher_logprobs_BTK.detach().float(), dim=-1)
+    log_s = torch.log_softmax(policy_logprobs_BTK.float(), dim=-1)
+    log_t = torch.log_softmax(target_logprobs_BTK.detach().float(), dim=-1)
     if direction == "forward":
         return (log_t.exp() * (log_t - log_s)).sum(dim=-1)
     return (log_s.exp() * (log_s - log_t)).sum(dim=-1)
@@ -144,31 +150,7 @@ def importance_weights(
     return weight_BT, keep_BT, torch.exp(log_rho_BT)
 
 
-class PolicyGradientLoss(StrictModel):
-    """Clipped token-level policy gradient with masked importance sampling (RLVR, MOPD, RLHF)."""
-
-    clip_low: float = Field(0.2, ge=0, lt=1)
-    """ε_low: the ratio is clipped below at 1 − ε_low (for negative advantages)."""
-    clip_high: float = Field(0.28, ge=0)
-    """ε_high: the ratio is clipped above at 1 + ε_high (DAPO's clip-higher uses 0.28 > 0.2)."""
-    is_mode: Literal["token", "sequence", "none"] = "token"
-    """Masked importance sampling granularity; ``none`` trusts the sampler's log-probs as π_old."""
-    is_low: float = Field(0.5, ge=0, le=1)
-    """Drop tokens (or whole rollouts) whose sampler→trainer ratio is below this."""
-    is_high: float = Field(2.0, ge=1)
-    """… or above this."""
-    kl_coef: float = Field(0.0, ge=0)
-    """β of the k3 KL penalty to ``ref_logprobs_BT``; 0 (off) needs no reference model."""
-    topk_kl_coef: float = Field(0.0, ge=0)
-    """Weight of the top-k distillation KL (MOPD with ``teachers.topk > 0``); 0: off."""
-    topk_kl_direction: Literal["forward", "reverse"] = "reverse"
-    """Which KL over the teacher's top-k tokens (see :func:`topk_kl`)."""
-
-    def __call__(self, x: LossInputs) -> LossOutput:
-        return policy_gradient_loss(x, self)
-
-
-def policy_gradient_loss(x: LossInputs, cfg: PolicyGradientLoss) -> LossOutput:
+def policy_gradient_loss(x: LossInputs, cfg: PGLossConfig) -> LossOutput:
     if x.advantages_BT is None:
         raise ValueError("the pg loss needs advantages_BT")
     mask = x.mask_BT.bool()
@@ -200,13 +182,6 @@ def policy_gradient_loss(x: LossInputs, cfg: PolicyGradientLoss) -> LossOutput:
         kl = k3_kl(x.logprobs_BT, x.ref_logprobs_BT)
         per_token = per_token + cfg.kl_coef * kl
         metrics["kl"] = _masked_mean(kl, mask)
-    if cfg.topk_kl_coef > 0:
-        if x.student_topk_logprobs_BTK is None or x.teacher_topk_logprobs_BTK is None:
-            raise ValueError("topk_kl_coef > 0 needs student_ and teacher_topk_logprobs_BTK (teachers.topk > 0)")
-        tkl = topk_kl(x.student_topk_logprobs_BTK, x.teacher_topk_logprobs_BTK, cfg.topk_kl_direction)
-        per_token = per_token + cfg.topk_kl_coef * tkl
-        metrics["topk_kl"] = _masked_mean(tkl, mask)
-
     loss = torch.where(mask, per_token, 0.0).sum() / _denominator(x, mask)
     clip_active = ((adv > 0) & (ratio > 1 + cfg.clip_high)) | ((adv < 0) & (ratio < 1 - cfg.clip_low))
     metrics["clip_frac"] = _masked_mean(clip_active.float(), mask)
@@ -214,17 +189,10 @@ def policy_gradient_loss(x: LossInputs, cfg: PolicyGradientLoss) -> LossOutput:
     return LossOutput(loss, metrics)
 
 
-class CrossEntropyLoss(StrictModel):
-    """SFT: mean negative log-likelihood over the masked (assistant) tokens."""
-
-    def __call__(self, x: LossInputs) -> LossOutput:
-        return cross_entropy_loss(x)
-
-
-def cross_entropy_loss(x: LossInputs) -> LossOutput:
+def cross_entropy_loss(x: LossInputs, cfg: CELossConfig | None = None) -> LossOutput:
     mask = x.mask_BT.bool()
     loss = -torch.where(mask, x.logprobs_BT, 0.0).sum() / _denominator(x, mask)
-    return LossOutput(loss, {"nll": _masked_mean(-x.logprobs_BT, mask), "tokens": float(mask.sum())})
+    return LossOutput(loss, {"nll": _masked_mean(-x.logprobs_BT, mask)})
 
 
 def sequence_logprobs(logprobs_BT: Tensor, mask_BT: Tensor) -> Tensor:
@@ -232,17 +200,7 @@ def sequence_logprobs(logprobs_BT: Tensor, mask_BT: Tensor) -> Tensor:
     return torch.where(mask_BT.bool(), logprobs_BT, 0.0).sum(dim=1)
 
 
-class DPOLoss(StrictModel):
-    """Direct preference optimisation; rows are (chosen, rejected) pairs: 0/1, 2/3, …"""
-
-    beta: float = Field(0.1, gt=0)
-    """Strength of the implicit KL to the reference: larger keeps the policy closer to it."""
-
-    def __call__(self, x: LossInputs) -> LossOutput:
-        return dpo_loss(x, self)
-
-
-def dpo_loss(x: LossInputs, cfg: DPOLoss) -> LossOutput:
+def dpo_loss(x: LossInputs, cfg: DPOLossConfig) -> LossOutput:
     if x.ref_logprobs_BT is None:
         raise ValueError("the dpo loss needs ref_logprobs_BT")
     if x.logprobs_BT.shape[0] % 2:
@@ -262,16 +220,57 @@ def dpo_loss(x: LossInputs, cfg: DPOLoss) -> LossOutput:
     return LossOutput(loss, metrics)
 
 
+def topk_kl_term(x: LossInputs, cfg: TopKKLConfig) -> LossOutput:
+    """``coef · topk_kl`` per token, normalised like the main loss (see the module docstring)."""
+    if x.topk_logprobs_BTK is None or x.topk_target_logprobs_BTK is None:
+        raise ValueError("the topk_kl term needs topk_logprobs_BTK and topk_target_logprobs_BTK (a scorer that "
+                         "gives top-k targets, e.g. teachers.topk > 0)")
+    mask = x.mask_BT.bool()
+    kl_BT = topk_kl(x.topk_logprobs_BTK, x.topk_target_logprobs_BTK, cfg.direction)
+    loss = torch.where(mask, cfg.coef * kl_BT, 0.0).sum() / _denominator(x, mask)
+    return LossOutput(loss, {"topk_kl": _masked_mean(kl_BT, mask)})
+
+
 class Loss(Protocol):
     def __call__(self, x: LossInputs) -> LossOutput: ...
 
 
-LOSSES: Registry[type[StrictModel]] = Registry("loss")
-LOSSES.register("pg")(PolicyGradientLoss)
-LOSSES.register("ce")(CrossEntropyLoss)
-LOSSES.register("dpo")(DPOLoss)
+# type → implementation; the settings are the typed models of configs/plugins.py
+LOSSES: Registry[Callable[[LossInputs, Any], LossOutput]] = Registry("loss")
+LOSSES.register("pg")(policy_gradient_loss)
+LOSSES.register("ce")(cross_entropy_loss)
+LOSSES.register("dpo")(dpo_loss)
+
+LOSS_TERMS: Registry[Callable[[LossInputs, Any], LossOutput]] = Registry("loss term")
+LOSS_TERMS.register("topk_kl")(topk_kl_term)
+# terms with a gradient on every token, whatever the advantage: a stage may not skip rows for them
+DENSE_TERMS = frozenset({"topk_kl"})
+
+_LOSS_CONFIG: TypeAdapter[Any] = TypeAdapter(LossConfig)
+_TERM_CONFIG: TypeAdapter[Any] = TypeAdapter(LossTermConfig)
 
 
-def make_loss(name: str, **config: object) -> Loss:
-    """Build a registered loss from its name and config fields (validated)."""
-    return cast(Loss, LOSSES.get(name).model_validate(config))
+@dataclass
+class CompositeLoss:
+    """The main loss plus its terms: outputs add up, metrics merge."""
+
+    main: Any
+    terms: Sequence[Any] = ()
+
+    @property
+    def dense(self) -> bool:
+        """True when some term has a gradient even where the advantage is zero."""
+        return any(t.type in DENSE_TERMS for t in self.terms)
+
+    def __call__(self, x: LossInputs) -> LossOutput:
+        out = LOSSES.get(self.main.type)(x, self.main)
+        for term in self.terms:
+            extra = LOSS_TERMS.get(term.type)(x, term)
+            out = LossOutput(out.loss + extra.loss, {**out.metrics, **extra.metrics})
+        return out
+
+
+def make_loss(spec: str | Any, terms: Sequence[Any] = (), **fields: object) -> CompositeLoss:
+    """A loss from its config (or its ``type`` name plus fields, validated here) and loss terms."""
+    main = _LOSS_CONFIG.validate_python({"type": spec, **fields} if isinstance(spec, str) else spec)
+    return CompositeLoss(main, [_TERM_CONFIG.validate_python(t) for t in terms])

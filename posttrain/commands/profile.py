@@ -53,7 +53,8 @@ def _run_from_config(args: argparse.Namespace) -> int:
     from posttrain.configs import load_config
     from posttrain.engines.hf import HFGenerator
     from posttrain.eval.profile import profile_envs
-    from posttrain.train.rl import RLConfig, build_envs
+    from posttrain.configs.rl import RLConfig
+    from posttrain.envs.build import build_envs
 
     cfg = load_config(RLConfig, args.config, args.overrides)
     r = cfg.rollout

@@ -49,7 +49,9 @@ def run(args: argparse.Namespace) -> int:
     from posttrain.configs import load_config
     from posttrain.eval.compare import read_task_rewards
     from posttrain.engines.hf import HFGenerator
-    from posttrain.train.rl import RLConfig, build_envs, validate
+    from posttrain.configs.rl import RLConfig
+    from posttrain.envs.build import build_envs
+    from posttrain.train.validation import validate
 
     if args.against and not Path(args.against).is_file():
         raise UserError(f"--against {args.against}: no such file (write it first with posttrain validate --out)")

@@ -1,2 +1,2 @@
-"""Multi-teacher on-policy distillation (MOPD, RECIPE.md §3): teachers as config, plugged into the RL
-loop as a batch scorer (``teachers.TeacherPool``); the stage entry point is ``stage.py``."""
+"""Multi-teacher on-policy distillation (MOPD, docs/recipe.md §3): the RL stage with a teacher
+scorer (``scorers/teachers.py``) and the ``mopd`` advantage. The entry point is ``stage.py``."""

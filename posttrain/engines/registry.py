@@ -1,9 +1,10 @@
 """Rollout engines by name, so moving RL from the CPU loop to vLLM is a config change.
 
-``ENGINES[name](model, tokenizer, **engine_args)`` builds a ``Generator`` for the policy being
-trained. Engines that keep their own copy of the weights (vLLM) implement
-``update_weights(model)``; :func:`sync_weights` calls it after every optimizer step. The in-process
-``hf`` engine samples from the live module, so it has nothing to sync.
+``rollout.engine`` is a typed config (``configs/plugins.py``: ``{type: hf}`` or ``{type: vllm,
+gpu_memory_utilization: 0.3, ...}``); ``ENGINES[type](config, model, tokenizer, batch_size)``
+builds the ``Generator`` for the policy being trained. Engines that keep their own copy of the
+weights (vLLM) implement ``update_weights(model)``; :func:`sync_weights` calls it after every
+optimizer step. The in-process ``hf`` engine samples from the live module: nothing to sync.
 """
 
 from __future__ import annotations
@@ -11,27 +12,33 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable
 
+from pydantic import TypeAdapter
+
+from posttrain.configs.plugins import EngineConfig, HFEngineConfig
 from posttrain.registry import Registry
 
 ENGINES: Registry[Callable[..., Any]] = Registry("rollout engine")
 
 
 @ENGINES.register("hf")
-def _hf(model: Any, tokenizer: Any, **kwargs: Any) -> Any:
+def _hf(cfg: HFEngineConfig, model: Any, tokenizer: Any, batch_size: int) -> Any:
     from posttrain.engines.hf import HFGenerator
 
-    return HFGenerator(model, tokenizer, **kwargs)
+    return HFGenerator(model, tokenizer, batch_size=batch_size, max_prefill_tokens=cfg.max_prefill_tokens)
 
 
 # Engines behind an optional extra register themselves when their module is imported; importing it
 # only when asked keeps `vllm` (and its CUDA torch) out of CPU installs.
 _OPTIONAL = {"vllm": "posttrain.engines.vllm_engine"}
+_ENGINE_CONFIG: TypeAdapter[Any] = TypeAdapter(EngineConfig)
 
 
-def make_engine(name: str, model: Any, tokenizer: Any, **kwargs: Any) -> Any:
-    if name in _OPTIONAL and name not in ENGINES:
-        importlib.import_module(_OPTIONAL[name])
-    return ENGINES.get(name)(model, tokenizer, **kwargs)
+def make_engine(spec: str | Any, model: Any, tokenizer: Any, batch_size: int = 32) -> Any:
+    """An engine from its config (or its ``type`` name with default settings)."""
+    cfg = _ENGINE_CONFIG.validate_python(spec)
+    if cfg.type in _OPTIONAL and cfg.type not in ENGINES:
+        importlib.import_module(_OPTIONAL[cfg.type])
+    return ENGINES.get(cfg.type)(cfg, model, tokenizer, batch_size)
 
 
 def sync_weights(generator: Any, model: Any) -> None:

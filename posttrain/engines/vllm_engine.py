@@ -168,7 +168,6 @@ def push_weights(llm: Any, weights: list[tuple[str, Any]]) -> None:
         llm.collective_rpc(_load_into_worker, args=([(name, t.cpu()) for name, t in weights],))
 
 
-@ENGINES.register("vllm")
 class VLLMGenerator(TokenEngine):
     """Sampling from a colocated ``vllm.LLM`` that mirrors the policy (see the module docstring)."""
 
@@ -272,3 +271,11 @@ class VLLMGenerator(TokenEngine):
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
         self._cleanup()
+
+
+@ENGINES.register("vllm")
+def _vllm(cfg: Any, model: Any, tokenizer: Any, batch_size: int) -> VLLMGenerator:
+    """The engine from its typed config (``configs/plugins.py: VLLMEngineConfig``)."""
+    return VLLMGenerator(model, tokenizer, batch_size=batch_size, gpu_memory_utilization=cfg.gpu_memory_utilization,
+                         dtype=cfg.dtype, enforce_eager=cfg.enforce_eager, max_model_len=cfg.max_model_len,
+                         seed=cfg.seed, **cfg.llm_args)

@@ -177,7 +177,8 @@ def measure(cfg: PipelineConfig, model_spec: str, data: dict[str, Any]) -> dict[
 
 def run_sft(cfg: PipelineConfig, run_dir: Path, data: dict[str, Any]) -> dict[str, Any]:
     from posttrain.configs import load_config
-    from posttrain.train.sft import SFTConfig, train_sft
+    from posttrain.configs.sft import SFTConfig
+    from posttrain.train.sft import train_sft
 
     sft_cfg = load_config(SFTConfig, None, [
         f"model={cfg.model}", f"run_dir={run_dir / 'sft'}", f"train.steps={cfg.sft_steps}",
@@ -225,11 +226,13 @@ def run_rl(cfg: PipelineConfig, out_dir: Path, model: str, steps: int, ratios: d
 
     over = rl_overrides(cfg, out_dir, model, steps, ratios)
     if teachers is None:
-        from posttrain.train.rl import RLConfig, train_rl
+        from posttrain.configs.rl import RLConfig
+        from posttrain.train.rl import train_rl
 
         res = train_rl(load_config(RLConfig, None, over))
     else:
-        from posttrain.distill.stage import DistillConfig, train_distill
+        from posttrain.configs.distill import DistillConfig
+        from posttrain.distill.stage import train_distill
 
         res = train_distill(load_config(DistillConfig, None, [f"teachers={json.dumps(teachers)}"] + over))
     return {"run_dir": str(out_dir), "checkpoint": str(res.checkpoint), "model": model, "steps": res.steps,

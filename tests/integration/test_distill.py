@@ -14,7 +14,7 @@ import json
 import pytest
 import torch
 
-from posttrain.distill import stage
+from posttrain.commands import distill as distill_command
 from posttrain.envs.base import ENVIRONMENTS, Environment, Task, VerifyResult, final_answer_text
 from posttrain.models.loading import load_model
 from posttrain.models.tiny import tiny_dir
@@ -58,7 +58,7 @@ def test_distill_run_logs_teacher_metrics_and_writes_a_loadable_checkpoint(tmp_p
         "teachers.default": "generalist",
     }
     args = argparse.Namespace(config=None, no_progress=True, overrides=[f"{k}={v}" for k, v in over.items()])
-    assert stage.run(args) == 0
+    assert distill_command.run(args) == 0
     out = capsys.readouterr().out
     assert "reverse-KL estimate to the teachers" in out and "mopd_gap/test_mopd_other" in out
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -71,7 +71,7 @@ def test_distill_run_logs_teacher_metrics_and_writes_a_loadable_checkpoint(tmp_p
         assert r["teacher_models_loaded"] == 2 and r["groups_dropped"] == 0  # no dynamic filter in MOPD
         assert abs(r["mopd_gap"]) < 1  # nearly uniform random models: a small, noisy reverse-KL estimate
     saved = yaml_config(run_dir)
-    assert saved["algo"]["advantage"] == "mopd" and saved["teachers"]["default"] == "generalist"
+    assert saved["algo"]["advantage"]["type"] == "mopd" and saved["teachers"]["default"] == "generalist"
     from transformers import AutoModelForCausalLM
 
     ckpt = run_dir / "checkpoints" / "step_000003"

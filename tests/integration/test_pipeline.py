@@ -72,7 +72,7 @@ def test_pipeline_with_rlvr_and_distill_reports_resumes_and_writes_loadable_chec
         assert c["rollout"]["group_size"] == 2 and c["algo"]["overlong_filter"] is False  # rl_overrides win
     teachers = {t["name"]: t for t in saved["mopd"]["teachers"]["models"]}
     assert teachers["math_rl"]["model"] == str(run_dir / "specialist_math" / "checkpoints" / "step_000001")
-    assert teachers["instruction_rl"]["domains"] == ["instruction"] and saved["mopd"]["algo"]["advantage"] == "mopd"
+    assert teachers["instruction_rl"]["domains"] == ["instruction"] and saved["mopd"]["algo"]["advantage"]["type"] == "mopd"
 
     # a re-run reuses every stage and prints the same report
     stamps = {p.name: p.stat().st_mtime_ns for p in (run_dir / "stages").glob("*.json")}

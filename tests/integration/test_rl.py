@@ -23,8 +23,12 @@ from posttrain.configs import load_config
 from posttrain.envs.base import ENVIRONMENTS, Environment, Episode, StepResult, Task, VerifyResult, final_answer_text
 from posttrain.models.loading import load_model
 from posttrain.models.moe import find_routers
+from posttrain.commands import rl as rl_command
 from posttrain.train import rl
-from posttrain.train.rl import AlgoConfig, RLConfig, Rollout, policy_gradient_backward, score_rollouts, train_rl
+from posttrain.configs.rl import AlgoConfig, RLConfig
+from posttrain.episodes.collect import Rollout
+from posttrain.envs.build import build_envs
+from posttrain.train.rl import filtered_batch, train_rl
 
 
 class EvenLengthEnv(Environment):
@@ -68,7 +72,7 @@ def test_rl_run_writes_metrics_plot_and_checkpoints(tmp_path, capsys):
             "train.save_every": 2, "rollout.prompts_per_step": 4, "rollout.group_size": 4,
             "rollout.max_new_tokens": 6, "algo.overlong_filter": False, "optim.lr": 1e-3,
             "envs": "[{name: test_even_length, train_tasks: 12, val_tasks: 2}]"}.items()])
-    assert rl.run(args) == 0
+    assert rl_command.run(args) == 0
     assert "best validation reward" in capsys.readouterr().out
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2, 3]
@@ -154,20 +158,20 @@ def _rollout(group, reward, prompt, completion, finish="length"):
                    [-1.5] * len(completion), finish, reward)
 
 
-def test_zero_advantage_skip_gives_the_same_gradient():
+def test_zero_advantage_skip_gives_the_same_gradient(pg_backward):
     g = torch.Generator().manual_seed(0)
     ids = lambda n: torch.randint(3, 500, (n,), generator=g).tolist()  # noqa: E731
     # group 0: rewards 0, .5, .5, 1 → the two 0.5 rollouts have advantage exactly 0; group 1 informative
     rollouts = [_rollout(0, r, ids(5), ids(4 + i)) for i, r in enumerate([0.0, 0.5, 0.5, 1.0])]
     rollouts += [_rollout(1, r, ids(7), ids(3 + i)) for i, r in enumerate([1.0, 0.0, 0.0, 1.0])]
-    batch, _ = score_rollouts(rollouts, AlgoConfig(overlong_filter=False))
+    batch, _ = filtered_batch(rollouts, AlgoConfig(overlong_filter=False))
     adv = make_advantage("grpo")(batch)
     assert (adv[1:3] == 0).all() and (adv[0] != 0).any()
     base = load_model("tiny-llama", device="cpu", dtype=torch.float32).model
     grads, trained = [], []
     for skip in (True, False):
         m = copy.deepcopy(base)
-        out = policy_gradient_backward(m, rollouts, batch, adv, make_loss("pg"), 1.0, True, 4096, 0, skip)
+        out = pg_backward(m, rollouts, batch, adv, make_loss("pg"), skip=skip)
         grads.append({n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None})
         trained.append(out["rollouts_trained"])
     assert trained == [6, 8]
@@ -181,18 +185,18 @@ def test_filters_count_overlong_and_uninformative_groups():
         _rollout(1, 1.0, [1, 2], [3], "stop"), _rollout(1, 0.0, [1, 2], [4], "done"),
         _rollout(2, 0.0, [1, 2], [3], "stop"), _rollout(2, 0.0, [1, 2], [4, 5, 6], "context"),  # overlong
     ]
-    batch, stats = score_rollouts(rollouts, AlgoConfig())
+    batch, stats = filtered_batch(rollouts, AlgoConfig())
     assert stats == {"truncated": 2.0, "groups_dropped": 2.0}  # group 0 and 2 are left with one reward each
     assert batch.mask_BT.sum(dim=1).tolist() == [0, 0, 1, 1, 0, 0]
-    _, stats = score_rollouts(rollouts, AlgoConfig(overlong_filter=False, dynamic_filter=False))
+    _, stats = filtered_batch(rollouts, AlgoConfig(overlong_filter=False, dynamic_filter=False))
     assert stats == {"truncated": 0.0, "groups_dropped": 0.0}
 
 
 def test_config_rejects_kl_and_duplicate_envs(tmp_path):
     with pytest.raises(Exception, match="reference model"):
-        AlgoConfig(loss_args={"kl_coef": 0.1})
+        AlgoConfig(loss={"type": "pg", "kl_coef": 0.1})
     with pytest.raises(Exception, match="appear once"):
-        rl.build_envs(_cfg(tmp_path, envs="[{name: math}, {name: math}]").envs)
+        build_envs(_cfg(tmp_path, envs="[{name: math}, {name: math}]").envs)
 
 
 def test_profile_command_feeds_the_gaussian_curriculum(tmp_path, capsys):
@@ -239,7 +243,7 @@ class TwoTurnEnv(EvenLengthEnv):
         return VerifyResult(float(total % 2 == 0))
 
 
-def test_multi_turn_rollouts_train_on_every_sampled_turn():
+def test_multi_turn_rollouts_train_on_every_sampled_turn(pg_backward, sample_rollouts):
     """Tool/user environments go through run_episodes; the trainer scores exactly the sampled turns
     (its log-probs match the sampler's), and observation tokens get no loss."""
     from posttrain.models.chat_template import IM_END
@@ -254,15 +258,15 @@ def test_multi_turn_rollouts_train_on_every_sampled_turn():
         env = TwoTurnEnv()
         picks = [("test_two_turn", t) for t in env.tasks("train", 3)]
         cfg = RLConfig(rollout={"group_size": 4, "max_new_tokens": 8}).rollout
-        rollouts, _, _ = rl.collect_rollouts(HFGenerator(model, tok), {"test_two_turn": env}, picks, cfg, seed=1)
+        rollouts = sample_rollouts(HFGenerator(model, tok), {"test_two_turn": env}, picks, cfg, seed=1)
         two = [r for r in rollouts if r.finish_reason == "done"]
         assert len(rollouts) == 12 and two and [r.group for r in rollouts] == [g for g in range(3) for _ in range(4)]
         for r in two:  # two sampled segments separated by unmasked observation tokens
             starts = [i for i in range(1, len(r.loss_mask)) if r.loss_mask[i] and not r.loss_mask[i - 1]]
             assert len(starts) == 2 and r.response_tokens == sum(r.loss_mask)
-        batch, _ = score_rollouts(rollouts, AlgoConfig(dynamic_filter=False))
+        batch, _ = filtered_batch(rollouts, AlgoConfig(dynamic_filter=False))
         adv = torch.ones_like(batch.mask_BT) * batch.mask_BT  # every token trains, so every turn is scored
-        out = policy_gradient_backward(model, rollouts, batch, adv, make_loss("pg"), cfg.temperature, True, 4096, 0)
+        out = pg_backward(model, rollouts, batch, adv, make_loss("pg"))
         assert out["rollouts_trained"] == int(batch.valid_B.sum()) and out["logprob_abs_err"] < 1e-4
     finally:
         hook.remove()

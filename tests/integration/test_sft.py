@@ -15,7 +15,8 @@ from safetensors.torch import load_file
 from posttrain.configs import load_config
 from posttrain.data.conversations import write_jsonl
 from posttrain.data.synthetic import arithmetic_rows
-from posttrain.train.sft import SFTConfig, train_sft
+from posttrain.configs.sft import SFTConfig
+from posttrain.train.sft import train_sft
 
 
 @pytest.fixture(scope="module")

@@ -46,7 +46,7 @@ def policy():
 
 @pytest.fixture(scope="module")
 def engine(policy):
-    gen = make_engine("vllm", policy.model, policy.tokenizer, batch_size=64, gpu_memory_utilization=0.2)
+    gen = make_engine({"type": "vllm", "gpu_memory_utilization": 0.2}, policy.model, policy.tokenizer, batch_size=64)
     yield gen
     gen.close()
 

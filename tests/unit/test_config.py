@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from posttrain.configs import ConfigError, load_config, save_config
-from posttrain.train.sft import SFTConfig
+from posttrain.configs.sft import SFTConfig
 
 
 def test_yaml_then_overrides(tmp_path):

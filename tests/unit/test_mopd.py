@@ -15,12 +15,15 @@ import pytest
 import torch
 
 from posttrain.algos.advantages import ScoredBatch, make_advantage
-from posttrain.distill.teachers import TeacherPool, TeachersConfig
+from posttrain.configs.distill import TeachersConfig
+from posttrain.scorers.teachers import TeacherPool
 from posttrain.envs.base import Environment, Task, VerifyResult
 from posttrain.models.loading import load_model
 from posttrain.models.tiny import build_tiny, tiny_tokenizer
 from posttrain.models.logprobs import sampled_logprobs
-from posttrain.train.rl import AlgoConfig, RLConfig, Rollout, collect_rollouts, score_rollouts
+from posttrain.configs.rl import AlgoConfig, RLConfig
+from posttrain.episodes.collect import Rollout, Sampling
+from posttrain.train.rl import filtered_batch
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -40,7 +43,7 @@ def sharpened(seed: int, scale: float):
 def test_sampled_estimator_matches_exact_reverse_kl(temperature):
     student, teacher = sharpened(0, 6.0), sharpened(1, 6.0)
     pool = TeacherPool(TeachersConfig(models=[{"name": "t", "model": "teacher", "domains": ["d"]}]),
-                       tiny_tokenizer(), temperature, loader=lambda spec: (teacher, tiny_tokenizer()))
+                       tiny_tokenizer(), loader=lambda spec: (teacher, tiny_tokenizer()))
     n = 3000
     g = torch.Generator().manual_seed(0)
     for ctx in CONTEXTS:
@@ -50,9 +53,9 @@ def test_sampled_estimator_matches_exact_reverse_kl(temperature):
         exact_kl = float((ls_V.exp() * (ls_V - lt_V)).sum())
         ys = torch.multinomial(ls_V.exp(), n, replacement=True, generator=g).tolist()
         # the student "sampled" y with its reported log-prob; the teacher scores it like a rollout
-        rollouts = [Rollout("d", "t0", i, ctx + [y], [0] * len(ctx) + [1], [float(ls_V[y])], "stop", 0.0)
+        rollouts = [Rollout("d", "t0", i, ctx + [y], [0] * len(ctx) + [1], [float(ls_V[y])], "stop", 0.0, Sampling(temperature))
                     for i, y in enumerate(ys)]
-        batch, _ = score_rollouts(rollouts, AlgoConfig(overlong_filter=False, dynamic_filter=False))
+        batch, _ = filtered_batch(rollouts, AlgoConfig(overlong_filter=False, dynamic_filter=False))
         pool(rollouts, batch)
         torch.testing.assert_close(batch.teacher_logprobs_BT[:, 0], lt_V[torch.tensor(ys)], atol=1e-5, rtol=1e-5)
         adv_B = make_advantage("mopd")(batch)[:, 0]
@@ -75,18 +78,18 @@ class CountEnv(Environment):
         return VerifyResult(float(len(messages[-1]["content"]) % 2 == 0))
 
 
-def test_teacher_equal_to_student_gives_zero_advantage():
+def test_teacher_equal_to_student_gives_zero_advantage(sample_rollouts):
     from posttrain.engines.hf import HFGenerator
 
     loaded = load_model("tiny-llama", device="cpu", dtype=torch.float32)
     env = CountEnv()
     cfg = RLConfig(rollout={"group_size": 3, "max_new_tokens": 8}).rollout
-    rollouts, _, _ = collect_rollouts(HFGenerator(loaded.model, loaded.tokenizer), {env.name: env},
-                                      [(env.name, t) for t in env.tasks("train", 3)], cfg, seed=1)
-    batch, _ = score_rollouts(rollouts, AlgoConfig(overlong_filter=False, dynamic_filter=False))
+    rollouts = sample_rollouts(HFGenerator(loaded.model, loaded.tokenizer), {env.name: env},
+                               [(env.name, t) for t in env.tasks("train", 3)], cfg, seed=1)
+    batch, _ = filtered_batch(rollouts, AlgoConfig(overlong_filter=False, dynamic_filter=False))
     # the teacher is loaded by the pool from the same spec: a second copy of the student's weights
     pool = TeacherPool(TeachersConfig(models=[{"name": "self", "model": "tiny-llama", "domains": [env.name]}]),
-                       loaded.tokenizer, cfg.temperature)
+                       loaded.tokenizer)
     metrics = pool(rollouts, batch)
     adv_BT = make_advantage("mopd")(batch)
     assert batch.mask_BT.sum() == metrics["teacher_tokens"] > 0

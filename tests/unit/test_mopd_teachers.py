@@ -11,11 +11,13 @@ import pytest
 import torch
 
 from posttrain.configs import ConfigError, load_config
-from posttrain.distill.stage import DistillConfig
-from posttrain.distill.teachers import RemoteTeacher, TeacherPool, TeachersConfig, TeacherSpec, TokenizerMismatch
+from posttrain.configs.distill import DistillConfig, TeachersConfig, TeacherSpec
+from posttrain.scorers.teachers import RemoteTeacher, TeacherPool, TokenizerMismatch
 from posttrain.models.tiny import build_tiny, tiny_dir, tiny_tokenizer
 from posttrain.models.logprobs import sampled_logprobs
-from posttrain.train.rl import AlgoConfig, Rollout, score_rollouts
+from posttrain.configs.rl import AlgoConfig
+from posttrain.episodes.collect import Rollout
+from posttrain.train.rl import filtered_batch
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -49,7 +51,7 @@ def _rollouts():
 def _pool(loader, default="b", **cfg):
     teachers = TeachersConfig(models=[{"name": "a", "model": "teacher-a", "domains": ["math"]},
                                       {"name": "b", "model": "teacher-b", "domains": ["chat"]}], default=default, **cfg)
-    return TeacherPool(teachers, tiny_tokenizer(), 1.0, loader=loader)
+    return TeacherPool(teachers, tiny_tokenizer(), loader=loader)
 
 
 def test_routing_sends_each_domain_to_its_teacher_and_falls_back_to_the_default():
@@ -57,7 +59,7 @@ def test_routing_sends_each_domain_to_its_teacher_and_falls_back_to_the_default(
     pool = _pool(loader)
     assert [pool.route(e) for e in ("math", "chat", "code")] == ["a", "b", "b"]
     rollouts = _rollouts()
-    batch, _ = score_rollouts(rollouts, AlgoConfig(dynamic_filter=False))  # rollout 3 is overlong: filtered
+    batch, _ = filtered_batch(rollouts, AlgoConfig(dynamic_filter=False))  # rollout 3 is overlong: filtered
     metrics = pool(rollouts, batch)
     want_model = {"math": "teacher-a", "chat": "teacher-b", "code": "teacher-b"}
     for b, r in enumerate(rollouts[:3]):
@@ -78,7 +80,7 @@ def test_teachers_load_lazily_once_per_model_and_run_without_grad(tmp_path):
     pool = _pool(loader)
     assert loader.calls == [] and pool.loaded == {}  # building the pool loads nothing
     rollouts = _rollouts()
-    batch, _ = score_rollouts(rollouts[:1], AlgoConfig(dynamic_filter=False))  # math only: teacher a
+    batch, _ = filtered_batch(rollouts[:1], AlgoConfig(dynamic_filter=False))  # math only: teacher a
     pool(rollouts[:1], batch)
     assert loader.calls == ["teacher-a"]
     model = loader.models["teacher-a"]
@@ -89,7 +91,7 @@ def test_teachers_load_lazily_once_per_model_and_run_without_grad(tmp_path):
                                  {"name": "y", "model": f"{d}/../{d.name}", "domains": ["chat"]}])
     loader = CountingLoader()
     pool = TeacherPool(cfg, tiny_tokenizer(), loader=loader)
-    batch, _ = score_rollouts(rollouts[:2], AlgoConfig(dynamic_filter=False))
+    batch, _ = filtered_batch(rollouts[:2], AlgoConfig(dynamic_filter=False))
     pool(rollouts[:2], batch)
     assert len(loader.calls) == 1 and pool.teacher("x") is pool.teacher("y") and len(pool.loaded) == 1
 
@@ -124,9 +126,10 @@ def test_config_errors_name_the_problem():
         load_config(DistillConfig, None,
                     ["envs=[{name: math}]", "teachers.models=[{name: a, model: m, domains: [mathh]}]"])
     cfg = load_config(DistillConfig, None, [*base, "teachers.default=a", "algo.loss=pg"])
-    assert cfg.algo.advantage == "mopd" and cfg.algo.dynamic_filter is False  # distillation's defaults survive
-    with pytest.raises(ConfigError, match="temperature"):
-        TeacherPool(TeachersConfig(models=[{"name": "u", "url": "http://x/v1"}], default="u"), tiny_tokenizer(), 0.7)
+    assert cfg.algo.advantage.type == "mopd" and cfg.algo.dynamic_filter is False  # distillation's defaults survive
+    with pytest.raises(ConfigError, match="temperature"):  # url teachers score at temperature 1 only
+        load_config(DistillConfig, None, ["envs=[{name: math}]", "rollout.temperature=0.7",
+                                          "teachers.models=[{name: u, url: 'http://x/v1'}]", "teachers.default=u"])
 
 
 def test_url_teacher_request_answer_and_tokenizer_probe():
@@ -148,7 +151,7 @@ def test_url_teacher_request_answer_and_tokenizer_probe():
     pool = TeacherPool(cfg, tok, remote_kwargs={"client": client})
     pool.check_tokenizers()
     rollouts = _rollouts()[:1]
-    batch, _ = score_rollouts(rollouts, AlgoConfig(dynamic_filter=False))
+    batch, _ = filtered_batch(rollouts, AlgoConfig(dynamic_filter=False))
     pool(rollouts, batch)
     path, body = sent[-1]
     assert path == "/v1/completions" and body["prompt"] == rollouts[0].token_ids and body["model"] == "big"

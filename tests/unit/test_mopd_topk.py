@@ -1,6 +1,6 @@
 """MOPD's top-k KL variant: the pure KL over the teacher's top-k (hand-computed), its term in the pg
 loss, the log-prob heads in models/logprobs.py against a naive full-vocabulary computation, and the
-whole path (teacher pool → batch.extras → policy_gradient_backward) on tiny models."""
+whole path (teacher pool → batch.extras → the RL stage's backward) on tiny models."""
 
 from __future__ import annotations
 
@@ -11,12 +11,14 @@ import torch
 
 from posttrain.algos.losses import LossInputs, make_loss, topk_kl
 from posttrain.configs import ConfigError, load_config
-from posttrain.distill.stage import DistillConfig
-from posttrain.distill.teachers import TeacherPool, TeachersConfig
+from posttrain.configs.distill import DistillConfig, TeachersConfig
+from posttrain.scorers.teachers import TeacherPool
 from posttrain.models.loading import load_model
 from posttrain.models.tiny import build_tiny, tiny_tokenizer
 from posttrain.models.logprobs import sampled_logprobs, topk_logprobs
-from posttrain.train.rl import AlgoConfig, Rollout, policy_gradient_backward, score_rollouts
+from posttrain.configs.rl import AlgoConfig
+from posttrain.episodes.collect import Rollout
+from posttrain.train.rl import filtered_batch
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -36,12 +38,14 @@ def test_topk_kl_hand_computed():
         assert float(topk_kl(proportional, t, direction).abs()) < 1e-6
 
 
-def test_pg_loss_adds_the_topk_term():
+def test_topk_kl_term_adds_to_the_pg_loss():
     s = torch.tensor([[[L(0.3), L(0.3)], [0.0, 0.0]]], requires_grad=True)
     t = torch.tensor([[[L(0.6), L(0.2)], [0.0, 0.0]]])
     x = LossInputs(torch.zeros(1, 2, requires_grad=True), torch.tensor([[1.0, 0.0]]), torch.zeros(1, 2),
-                   student_topk_logprobs_BTK=s, teacher_topk_logprobs_BTK=t)
-    out = make_loss("pg", is_mode="none", topk_kl_coef=0.5, topk_kl_direction="forward")(x)
+                   topk_logprobs_BTK=s, topk_target_logprobs_BTK=t)
+    loss = make_loss("pg", [{"type": "topk_kl", "coef": 0.5, "direction": "forward"}], is_mode="none")
+    assert loss.dense  # a gradient where the advantage is 0: the RL stage must not skip rows for it
+    out = loss(x)
     fwd = 0.75 * L(1.5) + 0.25 * L(0.5)
     assert float(out.loss.detach()) == pytest.approx(0.5 * fwd, abs=1e-6)
     assert out.metrics["topk_kl"] == pytest.approx(fwd, abs=1e-6)
@@ -49,8 +53,9 @@ def test_pg_loss_adds_the_topk_term():
     # d/ds of forward KL with renormalised student q = softmax(s): q − p_T → (.5 − .75, .5 − .25) · 0.5
     torch.testing.assert_close(s.grad[0, 0], torch.tensor([-0.125, 0.125]))
     assert s.grad[0, 1].abs().sum() == 0  # masked position
-    with pytest.raises(ValueError, match="topk_kl_coef > 0 needs"):
-        make_loss("pg", is_mode="none", topk_kl_coef=0.5)(LossInputs(x.logprobs_BT, x.mask_BT, x.advantages_BT))
+    with pytest.raises(ValueError, match="topk_kl term needs"):
+        loss(LossInputs(x.logprobs_BT, x.mask_BT, x.advantages_BT))
+    assert not make_loss("pg").dense
 
 
 SEQS = [([5, 17, 33, 40, 41, 42], [0, 0, 0, 1, 1, 1]), ([7, 8, 9, 10, 11, 12, 13], [0, 0, 1, 1, 0, 1, 1])]
@@ -85,29 +90,29 @@ def _rollouts():
     return out
 
 
-def _topk_step(teacher_seed):
+def _topk_step(pg_backward, teacher_seed):
     student = load_model("tiny-llama", device="cpu", dtype=torch.float32).model
     teacher = build_tiny("tiny-llama", len(tiny_tokenizer()), teacher_seed)
     pool = TeacherPool(TeachersConfig(models=[{"name": "t", "model": "x", "domains": ["math"]}], topk=4),
                        tiny_tokenizer(), loader=lambda spec: (teacher, tiny_tokenizer()))
     rollouts = _rollouts()
-    batch, _ = score_rollouts(rollouts, AlgoConfig(overlong_filter=False, dynamic_filter=False))
+    batch, _ = filtered_batch(rollouts, AlgoConfig(overlong_filter=False, dynamic_filter=False))
     pool(rollouts, batch)
-    assert batch.extras["teacher_topk_ids_BTK"].shape == (3, 5, 4)
+    assert batch.extras["topk_ids_BTK"].shape == (3, 5, 4)
     with torch.no_grad():
         plain = sampled_logprobs(teacher, [r.token_ids for r in rollouts], [r.loss_mask for r in rollouts])
     for b, lp in enumerate(plain):  # the sampled column still comes out as the plain path gives it
         torch.testing.assert_close(batch.teacher_logprobs_BT[b, : lp.shape[0]], lp)
     zero_adv = torch.zeros_like(batch.mask_BT)  # only the top-k term can produce a gradient
-    out = policy_gradient_backward(student, rollouts, batch, zero_adv,
-                                   make_loss("pg", is_mode="none", topk_kl_coef=1.0), 1.0, True, 4096, 0)
+    out = pg_backward(student, rollouts, batch, zero_adv,
+                      make_loss("pg", [{"type": "topk_kl", "coef": 1.0}], is_mode="none"))
     assert out["rollouts_trained"] == 3  # zero advantage, but the KL term trains: nothing skipped
     return out["topk_kl"], sum(float(p.grad.abs().sum()) for p in student.parameters() if p.grad is not None)
 
 
-def test_topk_path_through_the_pool_and_the_backward():
-    kl_same, grad_same = _topk_step(teacher_seed=0)  # teacher = student
-    kl_other, grad_other = _topk_step(teacher_seed=1)
+def test_topk_path_through_the_pool_and_the_backward(pg_backward):
+    kl_same, grad_same = _topk_step(pg_backward, teacher_seed=0)  # teacher = student
+    kl_other, grad_other = _topk_step(pg_backward, teacher_seed=1)
     assert kl_same < 1e-6 and kl_other > 1e-4
     assert grad_other > 0 and grad_same < 1e-3 * grad_other  # float noise only when they agree
 
@@ -117,8 +122,8 @@ def test_topk_config_must_be_consistent():
     with pytest.raises(ConfigError, match="needs both teachers.topk"):
         load_config(DistillConfig, None, [*base, "teachers.topk=4"])
     with pytest.raises(ConfigError, match="needs both teachers.topk"):
-        load_config(DistillConfig, None, [*base, "algo.loss_args={topk_kl_coef: 0.1}"])
-    cfg = load_config(DistillConfig, None, [*base, "teachers.topk=4", "algo.loss_args={topk_kl_coef: 0.1}"])
+        load_config(DistillConfig, None, [*base, "algo.loss_terms=[{type: topk_kl, coef: 0.1}]"])
+    cfg = load_config(DistillConfig, None, [*base, "teachers.topk=4", "algo.loss_terms=[{type: topk_kl, coef: 0.1}]"])
     assert cfg.teachers.topk == 4
     with pytest.raises(ConfigError, match="local teachers"):
         load_config(DistillConfig, None, ["envs=[{name: math}]", "teachers.topk=4",

@@ -5,7 +5,8 @@ weights are (``model``: a model spec / HF directory / checkpoint of an earlier r
 OpenAI-compatible server such as vLLM), and the domains it owns (RL environment names). Every
 rollout goes to the teacher owning its ``Rollout.env``, or to the default teacher.
 
-:class:`TeacherPool` is the object the RL loop calls (``train_rl(..., scorer=pool)``):
+:class:`TeacherPool` is a *signal* scorer (``scorers/base.py``): the RL loop calls it on the
+filtered batch, like any other scorer, and it fills ``batch.teacher_logprobs_BT``:
 
 * **Routing** is a dict lookup, env → teacher name; the config is checked up front so a domain
   without a teacher is a config error, not a KeyError at step 12.
@@ -19,8 +20,8 @@ rollout goes to the teacher owning its ``Rollout.env``, or to the default teache
   cheap). A url teacher can only be probed: its ``/tokenize`` endpoint (vLLM serves one at the
   server root) must give the student's ids for a probe text; a server without it gets a printed
   warning, and every scoring answer that echoes token ids is compared with what was sent.
-* **Scoring** = ``train/logprobs.sampled_logprobs`` (the trainer's own routine) under no grad at
-  the sampler's temperature: the same code path that gives the student's log-probs, so a teacher
+* **Scoring** = ``models/logprobs.sampled_logprobs`` (the trainer's own routine) under no grad at
+  the temperature the rollouts record they were sampled at (``Rollout.sampling``): the same code path that gives the student's log-probs, so a teacher
   with the student's weights yields an advantage of exactly zero up to the sampler-vs-trainer
   numerical difference (tested). One packed forward per micro-batch of ``micro_batch_tokens``.
 
@@ -33,7 +34,7 @@ rollout, a few in flight at a time)::
 and reads ``choices[0].logprobs.token_logprobs[t]`` = log π_teacher(ids[t] | ids[:t]) at every
 sampled position t (entry 0 is null: the first token has no context; the one generated token at
 the end is ignored). vLLM reports raw (temperature-1) prompt log-probs, so url teachers need
-``rollout.temperature: 1`` (checked).
+``rollout.temperature: 1`` (checked when the config loads, and again on the rollouts scored).
 """
 
 from __future__ import annotations
@@ -45,92 +46,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
-from pydantic import Field, model_validator
-
-from posttrain.configs import ConfigError, StrictModel
+from posttrain.configs.distill import TeachersConfig, TeacherSpec
 from posttrain.errors import UserError
 
 
 class TokenizerMismatch(UserError, ValueError):
     pass
-
-
-# --------------------------------------------------------------------------- config
-
-
-class TeacherSpec(StrictModel):
-    name: str
-    """How metrics and the ``default`` field refer to this teacher."""
-    model: str | None = None
-    """Model spec as ``load_model`` takes it: embedded, tiny-llama, or an HF directory (a run's
-    ``best`` or ``checkpoints/step_N``)."""
-    url: str | None = None
-    """OpenAI-compatible server with prompt log-probs (vLLM): ``http://host:8000/v1`` or
-    ``http://host:8000/v1#model-name``."""
-    domains: list[str] = Field(default_factory=list)
-    """RL environment names whose rollouts this teacher scores."""
-
-    @model_validator(mode="after")
-    def _one_source(self) -> "TeacherSpec":
-        if (self.model is None) == (self.url is None):
-            raise ValueError(f"teacher {self.name!r}: give exactly one of model (local weights) or url (a server)")
-        return self
-
-    @property
-    def key(self) -> str:
-        """Where the weights are: teachers with the same key share one loaded model."""
-        if self.url is not None:
-            return "url:" + self.url.rstrip("/")
-        p = Path(self.model).expanduser()  # type: ignore[arg-type]
-        return "model:" + (os.path.realpath(p) if p.exists() else str(self.model))
-
-
-class TeachersConfig(StrictModel):
-    models: list[TeacherSpec] = Field(default_factory=list)
-    """The teachers; each domain may be owned by at most one."""
-    default: str | None = None
-    """Teacher for environments no teacher owns (None: every environment must be owned)."""
-    topk: int = Field(0, ge=0)
-    """> 0: teachers also give their top-k log-probs at every sampled position, for the top-k KL term
-    (``algo.loss_args.topk_kl_coef``); local teachers only."""
-
-    @model_validator(mode="after")
-    def _consistent(self) -> "TeachersConfig":
-        names = [t.name for t in self.models]
-        if len(set(names)) != len(names):
-            raise ValueError(f"teacher names must be unique, got {names}")
-        if self.topk and any(t.url for t in self.models):
-            raise ValueError("topk > 0 needs local teachers (model:); url teachers give sampled-token log-probs only")
-        if self.default is not None and self.default not in names:
-            raise ValueError(f"default teacher {self.default!r} is not one of the teachers {names}")
-        owner: dict[str, str] = {}
-        for t in self.models:
-            for d in t.domains:
-                if d in owner:
-                    raise ValueError(f"domain {d!r} is owned by two teachers: {owner[d]!r} and {t.name!r}")
-                owner[d] = t.name
-        return self
-
-    def routes(self) -> dict[str, str]:
-        """Domain (environment name) → teacher name, for the owned domains."""
-        return {d: t.name for t in self.models for d in t.domains}
-
-    def teacher_for(self, env: str) -> str:
-        name = self.routes().get(env, self.default)
-        if name is None:
-            raise ConfigError(f"no teacher owns environment {env!r} and teachers.default is not set")
-        return name
-
-    def check_envs(self, envs: Sequence[str]) -> None:
-        """Every environment has a teacher; every owned domain is an environment of the run."""
-        if not self.models:
-            raise ConfigError("teachers.models is empty: distillation needs at least one teacher")
-        unknown = sorted(set(self.routes()) - set(envs))
-        if unknown:
-            raise ConfigError(f"teachers own domains {unknown} that are not environments of this run ({list(envs)}); "
-                              "domains are the names under envs[].name")
-        for e in envs:
-            self.teacher_for(e)
 
 
 # --------------------------------------------------------------------------- teacher backends
@@ -139,24 +60,25 @@ class TeachersConfig(StrictModel):
 class Teacher(Protocol):
     """Scores token sequences: per sequence, log π_teacher at its mask-1 positions, in order."""
 
-    def score(self, token_ids: Sequence[Sequence[int]], loss_masks: Sequence[Sequence[int]]) -> list[list[float]]: ...
+    def score(self, token_ids: Sequence[Sequence[int]], loss_masks: Sequence[Sequence[int]],
+              temperature: float = 1.0) -> list[list[float]]: ...
 
 
 class LocalTeacher:
     """Weights in this process; scored with the trainer's packed log-prob routine, no grad."""
 
-    def __init__(self, model: Any, temperature: float, micro_batch_tokens: int, pad_id: int) -> None:
+    def __init__(self, model: Any, micro_batch_tokens: int, pad_id: int) -> None:
         from posttrain.models.facts import is_hybrid
 
         self.model = model.eval()
         for p in self.model.parameters():
             p.requires_grad_(False)
-        self.temperature = temperature
         self.micro_batch_tokens = micro_batch_tokens
         self.pack = not is_hybrid(model)  # a Mamba state would leak across a packed row
         self.pad_id = pad_id
 
-    def score(self, token_ids: Sequence[Sequence[int]], loss_masks: Sequence[Sequence[int]]) -> list[list[float]]:
+    def score(self, token_ids: Sequence[Sequence[int]], loss_masks: Sequence[Sequence[int]],
+              temperature: float = 1.0) -> list[list[float]]:
         import torch
 
         from posttrain.models.logprobs import micro_batches, prompt_key, sampled_logprobs
@@ -166,13 +88,13 @@ class LocalTeacher:
             prompts = [(k, len(k)) for k in (prompt_key(s, m) for s, m in zip(token_ids, loss_masks))]  # shared once
             for mb in micro_batches([len(s) for s in token_ids], self.micro_batch_tokens, self.pack, prompts):
                 lps = sampled_logprobs(self.model, [token_ids[i] for i in mb], [loss_masks[i] for i in mb],
-                                       self.temperature, self.pack, self.pad_id)
+                                       temperature, self.pack, self.pad_id)
                 for i, lp in zip(mb, lps):
                     out[i] = lp.float().cpu().tolist()
         return out
 
     def score_topk(self, token_ids: Sequence[Sequence[int]], loss_masks: Sequence[Sequence[int]],
-                   k: int) -> list[tuple[list[float], Any, Any]]:
+                   k: int, temperature: float = 1.0) -> list[tuple[list[float], Any, Any]]:
         """Per sequence, from one forward: the sampled tokens' log-probs (as :meth:`score`) and the
         teacher's k likeliest tokens at each of those positions, (log-probs, ids) each (n_sampled, k)."""
         import torch
@@ -184,7 +106,7 @@ class LocalTeacher:
             prompts = [(k, len(k)) for k in (prompt_key(s, m) for s, m in zip(token_ids, loss_masks))]  # shared once
             for mb in micro_batches([len(s) for s in token_ids], self.micro_batch_tokens, self.pack, prompts):
                 res = topk_logprobs(self.model, [token_ids[i] for i in mb], [loss_masks[i] for i in mb], k,
-                                    self.temperature, self.pack, self.pad_id)
+                                    temperature, self.pack, self.pad_id)
                 for i, (sampled, lp, ids) in zip(mb, res):
                     out[i] = (sampled.float().cpu().tolist(), lp.float().cpu().clone(), ids.cpu().clone())
         return out
@@ -258,7 +180,11 @@ class RemoteTeacher:
                                         "sent: it does not use the student's tokenizer")
         return [float(token_logprobs[t]) for t, m in enumerate(mask) if m]
 
-    def score(self, token_ids: Sequence[Sequence[int]], loss_masks: Sequence[Sequence[int]]) -> list[list[float]]:
+    def score(self, token_ids: Sequence[Sequence[int]], loss_masks: Sequence[Sequence[int]],
+              temperature: float = 1.0) -> list[list[float]]:
+        if temperature != 1.0:
+            raise ValueError(f"url teacher {self.base_url}: its prompt log-probs are at temperature 1, the "
+                             f"rollouts were sampled at {temperature}")
         if not token_ids:
             return []
         _ = self.model  # resolve once, before the threads race to
@@ -290,25 +216,23 @@ def compare_tokenizers(student: Any, teacher: Any, teacher_name: str) -> None:
 
 
 class TeacherPool:
-    """Routes rollouts to teachers and fills ``batch.teacher_logprobs_BT`` (the ``scorer`` hook).
+    """Routes rollouts to teachers and fills ``batch.teacher_logprobs_BT`` (a signal scorer).
 
     ``loader(spec) -> (model, tokenizer)`` is ``load_model`` by default; tests count its calls.
     """
 
-    def __init__(self, cfg: TeachersConfig, student_tokenizer: Any, temperature: float = 1.0,
+    phase = "signal"  # scores the filtered batch, after the rewards
+
+    def __init__(self, cfg: TeachersConfig, student_tokenizer: Any,
                  micro_batch_tokens: int = 4096, loader: Callable[[str], tuple[Any, Any]] | None = None,
                  remote_kwargs: dict[str, Any] | None = None) -> None:
         self.cfg = cfg
         self.specs = {t.name: t for t in cfg.models}
         self.tokenizer = student_tokenizer
-        self.temperature = temperature
         self.micro_batch_tokens = micro_batch_tokens
         self.loader = loader or _load_local
         self.remote_kwargs = remote_kwargs or {}
         self.loaded: dict[str, Teacher] = {}  # key → backend, filled on first use
-        if temperature != 1.0 and any(t.url for t in cfg.models):
-            raise ConfigError("url teachers report temperature-1 prompt log-probs; set rollout.temperature=1 "
-                              "or serve the teacher locally (teachers.models[].model)")
 
     def route(self, env: str) -> str:
         return self.cfg.teacher_for(env)
@@ -323,7 +247,7 @@ class TeacherPool:
                 model, tok = self.loader(spec.model)  # type: ignore[arg-type]
                 compare_tokenizers(self.tokenizer, tok, name)
                 pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-                self.loaded[spec.key] = LocalTeacher(model, self.temperature, self.micro_batch_tokens, pad)
+                self.loaded[spec.key] = LocalTeacher(model, self.micro_batch_tokens, pad)
         return self.loaded[spec.key]
 
     def check_tokenizers(self) -> None:
@@ -357,7 +281,10 @@ class TeacherPool:
         """
         import torch
 
+        from posttrain.episodes.collect import sampling_temperature
+
         t0 = time.perf_counter()
+        temperature = sampling_temperature(rollouts)
         teacher_BT = torch.zeros_like(batch.mask_BT, dtype=torch.float32)
         valid = batch.mask_BT.bool().any(dim=1).tolist()
         by_key: dict[str, list[int]] = defaultdict(list)
@@ -373,16 +300,16 @@ class TeacherPool:
             ids, masks = [rollouts[b].token_ids for b in rows], [rollouts[b].loss_mask for b in rows]
             backend = self.teacher(name)
             if not k:
-                for b, lp in zip(rows, backend.score(ids, masks)):
+                for b, lp in zip(rows, backend.score(ids, masks, temperature)):
                     teacher_BT[b, : len(lp)] = torch.tensor(lp, dtype=torch.float32)
                 continue
-            for b, (lp, lp_K, ids_K) in zip(rows, backend.score_topk(ids, masks, k)):  # type: ignore[attr-defined]
+            for b, (lp, lp_K, ids_K) in zip(rows, backend.score_topk(ids, masks, k, temperature)):  # type: ignore[attr-defined]
                 teacher_BT[b, : len(lp)] = torch.tensor(lp, dtype=torch.float32)
                 topk_lp_BTK[b, : lp_K.shape[0]] = lp_K
                 topk_ids_BTK[b, : ids_K.shape[0]] = ids_K
         batch.teacher_logprobs_BT = teacher_BT
         if k:
-            batch.extras.update(teacher_topk_logprobs_BTK=topk_lp_BTK, teacher_topk_ids_BTK=topk_ids_BTK)
+            batch.extras.update(topk_target_logprobs_BTK=topk_lp_BTK, topk_ids_BTK=topk_ids_BTK)  # the topk_kl term's
         seconds = time.perf_counter() - t0
 
         mask_BT = batch.mask_BT.bool()

@@ -1,0 +1,152 @@
+"""Pluggable parts as tagged unions keyed on ``type``: advantage estimators, losses, loss terms,
+rollout engines.
+
+Each plug-in's settings are a typed model here (no torch), so ``algo.loss: {type: pg,
+clip_hihg: 0.3}`` fails when the config loads, naming ``algo.loss.pg.clip_hihg``, before any run
+directory is written. The implementations live in their registries (``algos/advantages.py``,
+``algos/losses.py``, ``engines/registry.py``) under the same ``type`` names, and take these
+models as they are.
+
+A plug-in may be written as its bare name (``loss: pg``) when its defaults are wanted.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BeforeValidator, Field, model_validator
+
+from posttrain.configs.base import StrictModel
+
+
+def _bare_name(v: Any) -> Any:
+    """``pg`` → ``{type: pg}``: a plug-in named with its defaults."""
+    return {"type": v} if isinstance(v, str) else v
+
+
+# --------------------------------------------------------------------------- advantage estimators
+
+
+class GRPOAdvantageConfig(StrictModel):
+    """Group-normalised outcome advantage (GRPO; ``scale_by_std: false`` is Dr. GRPO's variant)."""
+
+    type: Literal["grpo"] = "grpo"
+    scale_by_std: bool = True
+    """Divide by the group's reward std (+eps). Off removes the bias toward low-variance groups."""
+    eps: float = Field(1e-6, gt=0)
+    """Added to the std so a group with equal rewards gets 0, not NaN."""
+
+
+class MOPDAdvantageConfig(StrictModel):
+    """On-policy distillation: per-token ``log π_T − log π_S`` from the scorer's target log-probs."""
+
+    type: Literal["mopd"] = "mopd"
+    reward_coef: float = Field(0.0, ge=0)
+    """Weight of an added GRPO advantage from the verifier reward (0: pure distillation)."""
+    grpo: GRPOAdvantageConfig = Field(default_factory=GRPOAdvantageConfig)
+    """How the reward part is normalised when ``reward_coef > 0``."""
+
+
+AdvantageConfig = Annotated[
+    Union[GRPOAdvantageConfig, MOPDAdvantageConfig], Field(discriminator="type"), BeforeValidator(_bare_name)
+]
+
+
+# --------------------------------------------------------------------------- losses
+
+
+class PGLossConfig(StrictModel):
+    """Clipped token-level policy gradient with masked importance sampling (RLVR, MOPD, RLHF)."""
+
+    type: Literal["pg"] = "pg"
+    clip_low: float = Field(0.2, ge=0, lt=1)
+    """ε_low: the ratio is clipped below at 1 − ε_low (for negative advantages)."""
+    clip_high: float = Field(0.28, ge=0)
+    """ε_high: the ratio is clipped above at 1 + ε_high (DAPO's clip-higher uses 0.28 > 0.2)."""
+    is_mode: Literal["token", "sequence", "none"] = "token"
+    """Masked importance sampling granularity; ``none`` trusts the sampler's log-probs as π_old."""
+    is_low: float = Field(0.5, ge=0, le=1)
+    """Drop tokens (or whole rollouts) whose sampler→trainer ratio is below this."""
+    is_high: float = Field(2.0, ge=1)
+    """… or above this."""
+    kl_coef: float = Field(0.0, ge=0)
+    """β of the k3 KL penalty to ``ref_logprobs_BT``; 0 (off) needs no reference model."""
+
+
+class CELossConfig(StrictModel):
+    """SFT: mean negative log-likelihood over the masked (assistant) tokens."""
+
+    type: Literal["ce"] = "ce"
+
+
+class DPOLossConfig(StrictModel):
+    """Direct preference optimisation; rows are (chosen, rejected) pairs: 0/1, 2/3, …"""
+
+    type: Literal["dpo"] = "dpo"
+    beta: float = Field(0.1, gt=0)
+    """Strength of the implicit KL to the reference: larger keeps the policy closer to it."""
+
+
+LossConfig = Annotated[
+    Union[PGLossConfig, CELossConfig, DPOLossConfig], Field(discriminator="type"), BeforeValidator(_bare_name)
+]
+
+
+class TopKKLConfig(StrictModel):
+    """Exact KL to a target distribution over its top-k tokens per position, added to the main loss.
+
+    The target's top-k ids and log-probs come from a scorer (MOPD's teachers with ``topk > 0``).
+    """
+
+    type: Literal["topk_kl"] = "topk_kl"
+    coef: float = Field(0.1, gt=0)
+    """Weight of the term, per token, next to the main loss."""
+    direction: Literal["forward", "reverse"] = "reverse"
+    """forward KL(target‖policy) covers the target's mass; reverse KL(policy‖target) seeks its mode."""
+
+
+# One member for now; a union keyed on ``type`` as soon as there is a second term.
+LossTermConfig = Annotated[TopKKLConfig, BeforeValidator(_bare_name)]
+
+
+# --------------------------------------------------------------------------- rollout engines
+
+
+class HFEngineConfig(StrictModel):
+    """In-process CPU sampler over the live weights (nothing to sync after an update)."""
+
+    type: Literal["hf"] = "hf"
+    max_prefill_tokens: int = Field(8192, ge=1)
+    """Bound on rows × padded prompt length of one prefill (memory of long-context prompts)."""
+
+
+class VLLMEngineConfig(StrictModel):
+    """Colocated ``vllm.LLM`` mirroring the policy; weights pushed after every optimizer step."""
+
+    type: Literal["vllm"] = "vllm"
+    gpu_memory_utilization: float = Field(0.3, gt=0, le=1)
+    """Fraction of the GPU vLLM may take (weights + KV cache); the rest is the trainer's."""
+    dtype: str = "auto"
+    enforce_eager: bool = True
+    """Skip CUDA-graph capture (faster start-up)."""
+    max_model_len: int | None = Field(None, ge=1)
+    seed: int = 0
+    llm_args: dict[str, Any] = Field(default_factory=dict)
+    """Anything else, passed to ``vllm.LLM`` as keywords (not model, tokenizer or logprobs_mode)."""
+
+    @model_validator(mode="after")
+    def _not_ours(self) -> "VLLMEngineConfig":
+        fixed = sorted({"model", "tokenizer", "logprobs_mode", "max_num_seqs"} & set(self.llm_args))
+        if fixed:
+            raise ValueError(f"llm_args may not set {fixed}: the engine sets them itself")
+        return self
+
+
+EngineConfig = Annotated[
+    Union[HFEngineConfig, VLLMEngineConfig], Field(discriminator="type"), BeforeValidator(_bare_name)
+]
+
+
+def renamed(section: str, old: str, new: str, example: str) -> ValueError:
+    """The error a recipe in a retired spelling gets: what to write instead."""
+    return ValueError(f"{section}.{old} was folded into {section}.{new}; write {section}.{new}: {example}")

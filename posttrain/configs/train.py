@@ -1,0 +1,62 @@
+"""Settings every training stage shares: optimizer and schedule, LoRA, MoE balancing, the loop."""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from posttrain.configs.base import StrictModel
+
+
+class OptimConfig(StrictModel):
+    lr: float = Field(5e-5, gt=0)
+    beta1: float = Field(0.9, ge=0, lt=1)
+    beta2: float = Field(0.95, ge=0, lt=1)
+    weight_decay: float = Field(0.1, ge=0)
+    eps: float = Field(1e-8, gt=0)
+    grad_clip: float = Field(1.0, gt=0)
+    warmup_steps: int = Field(10, ge=0)
+    decay_frac: float = Field(0.2, ge=0, le=1)
+    """Fraction of the run spent in the linear decay phase of WSD."""
+    min_lr_ratio: float = Field(0.0, ge=0, le=1)
+
+    @field_validator("lr", "weight_decay", "eps", "grad_clip")
+    @classmethod
+    def _finite(cls, v: float) -> float:
+        if not math.isfinite(v):
+            raise ValueError("must be a finite number")
+        return v
+
+
+class LoRAConfig(StrictModel):
+    enabled: bool = False
+    r: int = Field(16, ge=1)
+    alpha: int = Field(32, ge=1)
+    dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: str | list[str] = "all-linear"
+
+
+class MoEConfig(StrictModel):
+    lb_coef: float = Field(1e-4, ge=0)
+    """Sequence-level load-balancing loss coefficient (NemotronH only)."""
+    bias_update_rate: float = Field(1e-3, ge=0)
+    """Aux-loss-free expert-bias update rate (NemotronH only)."""
+
+
+class LoopConfig(StrictModel):
+    """What the training loop itself needs (``train/loop.py``); each stage's ``train`` section."""
+
+    steps: int = Field(100, ge=1)
+    seed: int = 0
+    precision: Literal["auto", "bf16", "fp32"] = "auto"
+    save_every: int = Field(50, ge=0)
+    """Checkpoint every N steps (the last step is always saved)."""
+    keep_last: int = Field(2, ge=0)
+    log_every: int = Field(1, ge=1)
+    """Write a metrics line every N steps (and at the last)."""
+    threads: int = Field(0, ge=0)
+    """torch CPU threads (0: torch's default, one per core)."""
+    tensorboard: bool = False
+    wandb_project: str | None = None

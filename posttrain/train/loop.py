@@ -1,0 +1,291 @@
+"""The one training loop every stage runs on (SFT, RL, distillation; DPO and GenRM next).
+
+The loop owns everything that is the same in every stage: loading the model (or resuming it from
+the run's last checkpoint), the optimizer and its parameter groups, the WSD learning-rate schedule,
+gradient accumulation over micro-batches, clipping, the MoE load-balancing loss and aux-loss-free
+bias updates, checkpoints, metrics, the progress bar and the fault hook the kill -9 tests use.
+
+A stage supplies only what differs (:class:`Stage`): how it makes a step's batch (read packed
+conversations; or sample, verify, score and filter rollouts), how one micro-batch becomes
+:class:`~posttrain.algos.losses.LossInputs` (the current log-probs and the per-token signal), and
+what it does after a step (validation, re-profiling). The loss comes from the registry
+(``algos/losses.py``); the loop never knows which one ran.
+
+One step::
+
+    batch = stage.prepare(step)                       # micro-batches + the stage's metrics so far
+    for micro in batch.micro:                         # gradient accumulation
+        out = loss(stage.loss_inputs(model, micro))   # (+ MoE balance loss where routers train)
+        out.loss.backward()
+    clip → AdamW → expert biases → stage.after_update()
+    metrics = stage.end_step(step, batch, metrics) → metrics.jsonl → checkpoint → fault hook
+
+Resume: a checkpoint stores the weights (an HF directory), the optimizer, every RNG and the
+stage's own state (:meth:`Stage.state_dict`); data order and sampling seeds are functions of
+(seed, step), so a killed and resumed run ends with bit-identical weights (tested for SFT and RL).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from posttrain.configs import save_config
+from posttrain.configs.train import LoRAConfig, LoopConfig, MoEConfig, OptimConfig
+
+FAULT_ENV = "POSTTRAIN_FAULT_AFTER_STEP"  # test hook: SIGKILL the process right after that step
+
+
+@dataclass
+class StepBatch:
+    """What a stage hands the loop for one step."""
+
+    micro: list[Any]  # micro-batches, in order; empty: nothing to train on this step (no update)
+    metrics: dict[str, Any] = field(default_factory=dict)  # the stage's metrics of this step so far
+    data: Any = None  # anything the stage wants back in ``end_step``
+
+
+class Stage(Protocol):
+    name: str
+    balance_loss: bool  # add the MoE load-balancing loss (routers train in SFT, are frozen in RL)
+
+    def prepare(self, step: int) -> StepBatch: ...
+
+    def loss_inputs(self, model: Any, micro: Any) -> Any: ...
+
+    def after_update(self) -> None: ...
+
+    def end_step(self, done: int, batch: StepBatch, metrics: dict[str, Any]) -> dict[str, Any]: ...
+
+    def begin(self, start: int) -> dict[str, Any]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+    def postfix(self, metrics: dict[str, Any]) -> dict[str, Any]: ...
+
+
+class StageConfig(Protocol):
+    model: str
+    run_dir: str
+    optim: OptimConfig
+    moe: MoEConfig
+    train: LoopConfig
+
+
+@dataclass
+class Trainer:
+    """The model, optimizer and run state the loop works on (built by :func:`setup`)."""
+
+    cfg: Any  # the stage's whole config (saved as config.yaml; sections optim, moe, train used here)
+    model: Any
+    tokenizer: Any
+    device: Any
+    opt: Any
+    params: list[Any]
+    amp: Callable[[], Any]  # autocast context for forward passes (bf16 or a no-op)
+    monitor: Any  # RouterMonitor on MoE models, else None
+    log: Any  # MetricsLogger
+    start: int = 0  # first step to run (> 0 when resumed)
+    resumed_from: Path | None = None
+    resume_state: dict[str, Any] = field(default_factory=dict)  # the stage's state from the checkpoint
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.cfg.run_dir)
+
+    @property
+    def pad_id(self) -> int:
+        return self.tokenizer.pad_token_id or 0
+
+
+def setup(cfg: StageConfig, lora: LoRAConfig | None = None, freeze_routers: bool = False) -> Trainer:
+    """Load (or resume) the model, build the optimizer, open the metrics log.
+
+    The resolved config is written first, so a run directory always says what ran. ``lora``: train
+    an adapter (its weights restored on resume). ``freeze_routers``: MoE router weights get no
+    gradient (RL); the aux-loss-free biases still follow the load.
+    """
+    import torch
+
+    from posttrain.models import moe as moe_lib
+    from posttrain.models.loading import load_model
+    from posttrain.train.checkpoint import latest_checkpoint, load_trainer_state, set_rng_state
+    from posttrain.train.metrics import MetricsLogger, truncate_metrics
+    from posttrain.train.precision import autocast, resolve_precision
+
+    run_dir, loop = Path(cfg.run_dir), cfg.train
+    if loop.threads:
+        torch.set_num_threads(loop.threads)
+    save_config(cfg, run_dir)
+    torch.manual_seed(loop.seed)
+    resume_from = latest_checkpoint(run_dir)
+    loaded = load_model(cfg.model, seed=loop.seed)
+    model, tok, device = loaded.model, loaded.tokenizer, loaded.device
+    lora_on = lora is not None and lora.enabled
+    if resume_from is not None and not lora_on:
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(resume_from, dtype=model.dtype).to(device)
+    if lora_on:
+        model = _apply_lora(model, lora, resume_from)  # type: ignore[arg-type]
+    model.config.use_cache = False
+    routers = moe_lib.freeze_routers(model) if freeze_routers else len(moe_lib.find_routers(model))
+    monitor = moe_lib.RouterMonitor(model).__enter__() if routers else None
+    precision = resolve_precision(loop.precision, device)
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": cfg.optim.weight_decay},
+              {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]  # norms, biases: no decay
+    opt = torch.optim.AdamW(groups, lr=cfg.optim.lr, betas=(cfg.optim.beta1, cfg.optim.beta2), eps=cfg.optim.eps)
+    start, state = 0, {}
+    if resume_from is not None:
+        state = load_trainer_state(resume_from)
+        opt.load_state_dict(state.pop("optimizer"))
+        set_rng_state(state.pop("rng"))
+        start = state.pop("step")
+        truncate_metrics(run_dir, start)
+        print(f"[{run_dir.name}] resuming from {resume_from} (step {start}/{loop.steps})")
+    log = MetricsLogger(run_dir, loop.tensorboard, loop.wandb_project, cfg.model_dump(mode="json"))  # type: ignore[attr-defined]
+    return Trainer(cfg, model, tok, device, opt, params, lambda: autocast(precision, device), monitor, log,
+                   start, resume_from, state)
+
+
+def _apply_lora(model: Any, cfg: LoRAConfig, resume_from: Path | None) -> Any:
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(model, LoraConfig(r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout,
+                                             target_modules=cfg.target_modules, task_type="CAUSAL_LM"))
+    if resume_from is not None:
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        set_peft_model_state_dict(model, load_file(str(resume_from / "adapter" / "adapter_model.safetensors")))
+    return model
+
+
+def run(t: Trainer, stage: Stage, loss_fn: Callable[[Any], Any], progress: bool = True,
+        stop_after: int | None = None) -> dict[str, Any]:
+    """Train ``stage`` from ``t.start`` to ``cfg.train.steps``; returns the last step's metrics.
+
+    ``stop_after`` (tests) returns right after that step as if the process had been killed there.
+    """
+    from tqdm.auto import tqdm
+
+    from posttrain.train.schedule import wsd_lr_factor
+
+    loop, optim = t.cfg.train, t.cfg.optim
+    if t.resumed_from is not None:
+        stage.load_state_dict(t.resume_state)
+    first = stage.begin(t.start)
+    if first:
+        t.log.log(t.start, first)
+    fault_after = int(os.environ.get(FAULT_ENV, "-1"))
+    bar = tqdm(total=loop.steps, initial=t.start, desc=stage.name, disable=not progress, unit="step")
+    m: dict[str, Any] = {}
+    for step in range(t.start, loop.steps):
+        t0 = time.perf_counter()
+        lr = optim.lr * wsd_lr_factor(step, loop.steps, optim.warmup_steps, optim.decay_frac, optim.min_lr_ratio)
+        for g in t.opt.param_groups:
+            g["lr"] = lr
+        batch = stage.prepare(step)
+        t1 = time.perf_counter()
+        m = {**batch.metrics, **update(t, stage, batch.micro, loss_fn), "lr": lr}
+        m.update(time_update_s=time.perf_counter() - t1, step_s=time.perf_counter() - t0)
+        done = step + 1
+        m = stage.end_step(done, batch, m)
+        if done % getattr(loop, "log_every", 1) == 0 or done == loop.steps:
+            t.log.log(done, m)
+        bar.set_postfix(stage.postfix(m))
+        bar.update(1)
+        if done == loop.steps or (loop.save_every and done % loop.save_every == 0):
+            save(t, done, stage)
+        if done == fault_after:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if done == stop_after:
+            break
+    bar.close()
+    t.log.close()
+    if t.monitor is not None:
+        t.monitor.__exit__(None, None, None)
+    return m
+
+
+def update(t: Trainer, stage: Stage, micro: list[Any], loss_fn: Callable[[Any], Any]) -> dict[str, Any]:
+    """Accumulate the step's gradient over ``micro`` and take one optimizer step.
+
+    Loss metrics are means over the tokens of the step (each micro-batch weighted by its mask);
+    ``loss`` is the sum of the micro-batch losses, i.e. the step's loss when the loss is normalised
+    by the step's token count (``num_tokens``), as every registered loss is here. No micro-batch
+    (every rollout filtered): no update, no bias move.
+    """
+    import torch
+
+    t.opt.zero_grad(set_to_none=True)
+    if not micro:
+        return {}
+    t.model.train()
+    if t.monitor is not None:
+        t.monitor.clear()  # drop routing recorded while sampling / evaluating: only training passes count
+    lb_coef = t.cfg.moe.lb_coef if stage.balance_loss and t.monitor is not None else 0.0
+    sums: dict[str, float] = {}
+    weight = loss_total = lb_total = 0.0
+    loads: dict[str, Any] = {}
+    for mb in micro:
+        with t.amp():
+            x = stage.loss_inputs(t.model, mb)
+            out = loss_fn(x)
+            loss = out.loss
+            if lb_coef:  # a micro-batch of model inputs (a dict) gives its attention mask, if any
+                lb = t.monitor.load_balancing_loss(mb.get("attention_mask") if isinstance(mb, dict) else None)
+                loss = loss + lb_coef * lb / len(micro)
+                lb_total += float(lb.detach())
+        loss.backward()
+        w = float(x.mask_BT.sum())
+        for k, v in out.metrics.items():
+            sums[k] = sums.get(k, 0.0) + v * w
+        weight += w
+        loss_total += float(out.loss.detach())
+        if t.monitor is not None:  # keep the expert load, drop the recorded graphs
+            for name, load in t.monitor.observed_load().items():
+                loads[name] = loads.get(name, 0) + load
+            t.monitor.clear()
+    m: dict[str, Any] = {k: v / weight for k, v in sums.items()} if weight else {}
+    m["loss"] = loss_total
+    m["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(t.params, t.cfg.optim.grad_clip))
+    t.opt.step()
+    if lb_coef:
+        m["moe_lb_loss"] = lb_total / len(micro)
+    if t.monitor is not None and t.cfg.moe.bias_update_rate > 0:
+        m["moe_load_max_over_mean"] = update_expert_biases(t.monitor, loads, t.cfg.moe.bias_update_rate)
+    stage.after_update()
+    return m
+
+
+def update_expert_biases(monitor: Any, loads: dict[str, Any], rate: float) -> float:
+    """Aux-loss-free balancing: nudge each router's bias toward its under-used experts (no
+    gradient). Returns the mean over routers of max/mean expert load (1.0 = perfectly balanced)."""
+    import torch
+
+    from posttrain.models.moe import update_expert_bias
+
+    ratios = []
+    with torch.no_grad():
+        for name, load in loads.items():
+            bias = monitor.routers[name].e_score_correction_bias
+            bias.copy_(update_expert_bias(bias, load.to(bias.device), rate))
+            ratios.append(float(load.max() / load.mean().clamp(min=1e-9)))
+    return sum(ratios) / max(len(ratios), 1)
+
+
+def save(t: Trainer, step: int, stage: Stage) -> Path:
+    """Checkpoint: HF weights + optimizer + RNG + the stage's state, atomically."""
+    from posttrain.train.checkpoint import rng_state, save_checkpoint
+
+    state = {"optimizer": t.opt.state_dict(), "rng": rng_state(), **stage.state_dict()}
+    return save_checkpoint(t.run_dir, step, t.model, t.tokenizer, state, t.cfg.train.keep_last)
