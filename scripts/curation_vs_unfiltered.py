@@ -111,8 +111,8 @@ def report(args: argparse.Namespace, stage: dict[str, Any], result: dict[str, An
         f"{stage['candidates_logged']} candidates before any check ({stage['empty_candidates']} empty replies excluded).",
         f"* SFT (identical for both): {args.steps} steps × {args.batch_size} conversations "
         f"= {result['examples_seen_per_run']} examples each, lr {args.lr}, same seed and data order rule "
-        "(`pipeline.run_sft`).",
-        f"* Evaluation (`pipeline.measure`): {n} held-out problems (seed {args.seed + 2}, disjoint from training by "
+        "(`experiments/stages.run_sft`).",
+        f"* Evaluation (`experiments/stages.measure`): {n} held-out problems (seed {args.seed + 2}, disjoint from training by "
         f"construction), greedy, ≤ {args.eval_max_new_tokens} new tokens, graded by the math verifier.",
         f"* Wall time: {minutes:.1f} min, torch threads = {args.threads}.",
         "",

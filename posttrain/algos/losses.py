@@ -25,7 +25,7 @@ is the same for SFT, RLVR, MOPD, RLHF and DPO.
   ``is_mode="sequence"`` uses the geometric mean of ρ over the rollout's tokens for both the band
   test and the weight, so a rollout is kept or dropped whole.
 * The advantage may come from any estimator: an outcome advantage broadcast to tokens (GRPO) and a
-  dense teacher−student log-ratio (MOPD) plug in unchanged.
+  dense per-token log-ratio to a target policy (MOPD) plug in unchanged.
 * k3 KL to a reference (off by default, as in DAPO and the recipe): ``exp(ref−π) − (ref−π) − 1``,
   an unbiased, always non-negative estimate of KL(π‖ref) from samples of π.
 
@@ -224,7 +224,7 @@ def topk_kl_term(x: LossInputs, cfg: TopKKLConfig) -> LossOutput:
     """``coef · topk_kl`` per token, normalised like the main loss (see the module docstring)."""
     if x.topk_logprobs_BTK is None or x.topk_target_logprobs_BTK is None:
         raise ValueError("the topk_kl term needs topk_logprobs_BTK and topk_target_logprobs_BTK (a scorer that "
-                         "gives top-k targets, e.g. teachers.topk > 0)")
+                         "gives top-k targets)")
     mask = x.mask_BT.bool()
     kl_BT = topk_kl(x.topk_logprobs_BTK, x.topk_target_logprobs_BTK, cfg.direction)
     loss = torch.where(mask, cfg.coef * kl_BT, 0.0).sum() / _denominator(x, mask)

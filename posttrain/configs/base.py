@@ -65,11 +65,16 @@ def apply_override(tree: dict[str, Any], dotted: str) -> None:
 
 
 def _format_validation_error(cls: type[BaseModel], err: ValidationError, source: str) -> str:
-    lines = [f"invalid {cls.__name__} config ({source}):"]
+    """One line: every bad field by its dotted path (a plug-in's path includes its ``type``, e.g.
+    ``algo.loss.pg.clip_hihg``), with what is wrong with it."""
+    problems = []
     for e in err.errors():
-        loc = ".".join(str(x) for x in e["loc"])
-        lines.append(f"  {loc}: {e['msg']}")
-    return "\n".join(lines)
+        loc = ".".join(str(x) for x in e["loc"]) or "(top level)"
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = "unknown field (misspelt?)"
+        problems.append(f"{loc}: {msg}")
+    return f"invalid {cls.__name__} config ({source}): " + "; ".join(problems)
 
 
 def load_config(

@@ -13,8 +13,8 @@ simply training on the model's own text:
    Both files therefore hold the same number of rows, sampled from the same model at the same
    temperature; the only difference is the selection.
 2. ``compare``: the same base model is fine-tuned on each file with identical settings
-   (``pipeline.run_sft``: same steps, batch size, lr, seed — so both see steps × batch examples), and
-   base, SFT-unfiltered and SFT-curated are measured by ``pipeline.measure`` (greedy accuracy on
+   (``stages.run_sft``: same steps, batch size, lr, seed — so both see steps × batch examples), and
+   base, SFT-unfiltered and SFT-curated are measured by ``stages.measure`` (greedy accuracy on
    held-out arithmetic problems, by operand size, answer-format rate, held-out SFT loss on the gold
    worked solutions).
 
@@ -285,7 +285,8 @@ def compare(
     base, SFT-unfiltered and SFT-curated on the same held-out problems. Stages are cached."""
     from posttrain.data.conversations import write_jsonl
     from posttrain.data.synthetic import arithmetic_rows
-    from posttrain.experiments.pipeline import PipelineConfig, _stage, measure, run_sft
+    from posttrain.configs.pipeline import PipelineConfig
+    from posttrain.experiments.stages import cached_stage, measure, run_sft
 
     run_dir = Path(run_dir)
     cfg = PipelineConfig(model=model_spec, run_dir=str(run_dir), seed=seed, n_eval=n_eval, n_val_rows=n_val_rows,
@@ -294,10 +295,10 @@ def compare(
     validation = run_dir / VALIDATION  # gold worked solutions of held-out problems: the SFT held-out loss
     if not validation.exists():
         write_jsonl(arithmetic_rows(n_val_rows, seed + 1, "validation", max_digits=max_digits), validation)
-    results: dict[str, Any] = {"base": _stage(run_dir, "base", lambda: measure(cfg, model_spec, {"validation": str(validation)}))}
+    results: dict[str, Any] = {"base": cached_stage(run_dir, "base", lambda: measure(cfg, model_spec, {"validation": str(validation)}))}
     for name in ("unfiltered", "curated"):
         data = {"train": stage["paths"][name], "validation": str(validation)}
-        sft = _stage(run_dir / name, "sft", lambda: run_sft(cfg, run_dir / name, data))
-        results[name] = _stage(run_dir, name, lambda: measure(cfg, sft["checkpoint"], data))
+        sft = cached_stage(run_dir / name, "sft", lambda: run_sft(cfg, run_dir / name, data))
+        results[name] = cached_stage(run_dir, name, lambda: measure(cfg, sft["checkpoint"], data))
         results[name]["sft"] = sft
     return {"settings": cfg.model_dump(), "examples_seen_per_run": steps * batch_size, **results}

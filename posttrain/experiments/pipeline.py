@@ -45,55 +45,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from posttrain.configs.pipeline import QUICK, PipelineConfig
+from posttrain.experiments.stages import cached_stage, make_data, measure, run_sft
 
-from posttrain.configs import StrictModel
-
-
-class PipelineConfig(StrictModel):
-    model: str = "embedded"
-    run_dir: str = "runs/pipeline"
-    seed: int = 0
-    n_train: int = Field(2000, ge=8)
-    """Generated SFT conversations."""
-    n_eval: int = Field(80, ge=4)
-    """Held-out problems for answer accuracy (greedy)."""
-    n_val_rows: int = Field(64, ge=4)
-    """Held-out conversations for the SFT loss."""
-    max_digits: int = Field(2, ge=1, le=3)
-    sft_steps: int = Field(40, ge=1)
-    sft_batch_size: int = Field(16, ge=1)
-    sft_lr: float = Field(1e-4, gt=0)
-    max_new_tokens: int = Field(80, ge=8)
-    eval_batch_size: int = Field(32, ge=1)
-    curation: bool = False
-    """Add the curation stage: rejection sampling from the model itself with the math verifier, then
-    SFT on the curated rows vs on as many unfiltered samples (experiments/curation.py; ~12 min)."""
-    rlvr: bool = True
-    """Run the RLVR stage: multi-environment GRPO (math, mcq, instruction 1:1:1) from the SFT checkpoint."""
-    rl_steps: int = Field(10, ge=1)
-    """GRPO steps of the RLVR stage, 6 prompts x 6 rollouts each."""
-    rl_lr: float = Field(1e-5, gt=0)
-    """Constant learning rate of every RL run (RLVR, the specialists, MOPD): no warmup, no decay."""
-    rl_val_tasks: int = Field(32, ge=1)
-    """Held-out tasks per domain, graded greedily at the start and at the end of every RL run."""
-    rl_train_tasks: int = Field(48, ge=1)
-    """Training pool per domain (tasks are sampled uniformly from it, no curriculum profile)."""
-    rl_overrides: list[str] = Field(default_factory=list)
-    """RLConfig overrides (``key.sub=value``) applied last to every RL run, e.g.
-    ``[rollout.group_size=4, rollout.max_new_tokens=64]``; tests shrink the runs with it."""
-    distill: bool = False
-    """Add the distill stage: a math and an instruction RLVR specialist from the SFT checkpoint, then
-    MOPD of both into the SFT checkpoint (posttrain/distill); about three RL runs' time."""
-    specialist_steps: int = Field(10, ge=1)
-    """GRPO steps of each specialist (one domain trained, the others validated only)."""
-    distill_steps: int = Field(10, ge=1)
-    """MOPD steps of the student."""
-
-
-QUICK = {"n_train": 400, "n_eval": 48, "n_val_rows": 24, "sft_steps": 10, "sft_batch_size": 8,
-         "sft_lr": 2e-4, "max_new_tokens": 72, "rl_steps": 2, "rl_val_tasks": 8, "specialist_steps": 2,
-         "distill_steps": 2, "run_dir": "runs/pipeline-quick"}
 
 # The RL domains (as in recipes/rlvr_cpu.yaml): arithmetic families only (what a 135M model can
 # reach at all: a group whose rewards are all equal carries no GRPO signal), multiple choice, and
@@ -103,93 +57,6 @@ RL_DOMAINS: dict[str, dict[str, Any]] = {
     "mcq": {},
     "instruction": {"min_constraints": 1, "max_constraints": 2},
 }
-
-
-# --------------------------------------------------------------------------- stages
-
-
-def _stage(run_dir: Path, name: str, fn: Any) -> dict[str, Any]:
-    """Run ``fn`` once; its JSON result is cached so a re-run skips finished stages."""
-    path = run_dir / "stages" / f"{name}.json"
-    if path.exists():
-        print(f"[pipeline] {name}: done earlier, reusing {path}")
-        return json.loads(path.read_text())
-    t = time.time()
-    out = fn()
-    out["seconds"] = round(time.time() - t, 1)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, indent=2))
-    return out
-
-
-def make_data(cfg: PipelineConfig, run_dir: Path) -> dict[str, Any]:
-    from posttrain.data.conversations import write_jsonl
-    from posttrain.data.synthetic import arithmetic_rows
-
-    train = run_dir / "data" / "train.jsonl"
-    val = run_dir / "data" / "validation.jsonl"
-    n_train = write_jsonl(arithmetic_rows(cfg.n_train, cfg.seed, "train", max_digits=cfg.max_digits), train)
-    n_val = write_jsonl(arithmetic_rows(cfg.n_val_rows, cfg.seed + 1, "validation", max_digits=cfg.max_digits), val)
-    return {"train": str(train), "validation": str(val), "n_train": n_train, "n_validation": n_val}
-
-
-def measure(cfg: PipelineConfig, model_spec: str, data: dict[str, Any]) -> dict[str, Any]:
-    """Held-out SFT loss and greedy answer accuracy of one model."""
-    from posttrain.data.conversations import read_conversations
-    from posttrain.data.synthetic import arithmetic_tasks
-    from posttrain.envs.base import make_env
-    from posttrain.models.loading import load_model
-    from posttrain.engines.base import SamplingParams
-    from posttrain.engines.hf import HFGenerator
-    from posttrain.train.precision import autocast
-    from posttrain.models.facts import is_hybrid
-    from posttrain.train.sft import heldout_loss, tokenize_rows
-
-    loaded = load_model(model_spec)
-    rows, _ = read_conversations(data["validation"])
-    val = heldout_loss(loaded.model, tokenize_rows(loaded.tokenizer, rows), 1024, not is_hybrid(loaded.model),
-                       loaded.tokenizer.pad_token_id or 0, lambda: autocast("fp32", loaded.device))
-
-    tasks = arithmetic_tasks(cfg.n_eval, cfg.seed + 2, "validation", max_digits=cfg.max_digits)
-    gen = HFGenerator(loaded.model, loaded.tokenizer, batch_size=cfg.eval_batch_size)
-    comps = gen.generate([t.messages for t in tasks], SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=0.0))
-    env = make_env("math")
-    by_digits: dict[int, list[float]] = {}
-    formatted, samples = 0, []
-    for t, c in zip(tasks, comps):
-        res = env.verify(t, [{"role": "assistant", "content": c[0].text}])
-        by_digits.setdefault(t.metadata["digits"], []).append(res.reward)
-        formatted += int(res.components.get("format", 0) > 0)
-        if len(samples) < 3:
-            samples.append({"prompt": t.messages[-1]["content"], "reply": c[0].text, "reward": res.reward})
-    rewards = [r for v in by_digits.values() for r in v]
-    return {
-        "model": model_spec,
-        "heldout_loss": val.loss,
-        "accuracy": sum(rewards) / len(rewards),
-        "accuracy_by_digits": {str(d): sum(v) / len(v) for d, v in sorted(by_digits.items())},
-        "answer_format_rate": formatted / len(tasks),
-        "mean_reply_tokens": sum(len(c[0].token_ids) for c in comps) / len(comps),
-        "n_eval": len(tasks),
-        "samples": samples,
-    }
-
-
-def run_sft(cfg: PipelineConfig, run_dir: Path, data: dict[str, Any]) -> dict[str, Any]:
-    from posttrain.configs import load_config
-    from posttrain.configs.sft import SFTConfig
-    from posttrain.train.sft import train_sft
-
-    sft_cfg = load_config(SFTConfig, None, [
-        f"model={cfg.model}", f"run_dir={run_dir / 'sft'}", f"train.steps={cfg.sft_steps}",
-        f"train.batch_size={cfg.sft_batch_size}", f"optim.lr={cfg.sft_lr}", f"train.seed={cfg.seed}",
-        f"optim.warmup_steps={max(1, cfg.sft_steps // 10)}", "optim.decay_frac=0.3",
-        f"train.save_every={max(5, cfg.sft_steps // 4)}", "data.max_seq_len=512",
-        f"data.train=[{{path: {data['train']}}}]", f"data.validation=[{data['validation']}]",
-    ])
-    res = train_sft(sft_cfg)
-    return {"checkpoint": str(res.checkpoint), "steps": res.steps, "tokens_trained": res.tokens_trained,
-            "val_loss_before": res.val_loss_before, "val_loss_after": res.val_loss_after}
 
 
 def rl_overrides(cfg: PipelineConfig, out_dir: Path, model: str, steps: int, ratios: dict[str, float]) -> list[str]:
@@ -247,12 +114,12 @@ def run_distill(cfg: PipelineConfig, run_dir: Path, sft: dict[str, Any]) -> dict
     the SFT checkpoint; each run is its own cached stage. Returns the runs and their held-out table."""
     runs = {}
     for domain in ("math", "instruction"):
-        runs[domain] = _stage(run_dir, f"specialist_{domain}", lambda d=domain: run_rl(
+        runs[domain] = cached_stage(run_dir, f"specialist_{domain}", lambda d=domain: run_rl(
             cfg, run_dir / f"specialist_{d}", sft["checkpoint"], cfg.specialist_steps, {d: 1.0}))
     # mcq has no specialist: ratio 0 (validated only); its rollouts would go to the default teacher
     teachers = {"models": [{"name": f"{d}_rl", "model": runs[d]["checkpoint"], "domains": [d]} for d in runs],
                 "default": "math_rl"}
-    runs["student"] = _stage(run_dir, "mopd", lambda: run_rl(
+    runs["student"] = cached_stage(run_dir, "mopd", lambda: run_rl(
         cfg, run_dir / "mopd", sft["checkpoint"], cfg.distill_steps, {"math": 1.0, "instruction": 1.0}, teachers))
     return runs
 
@@ -424,16 +291,16 @@ def run(args: argparse.Namespace) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     print(f"[pipeline] run directory: {run_dir} (re-run the same command to resume)")
-    data = _stage(run_dir, "data", lambda: make_data(cfg, run_dir))
-    before = _stage(run_dir, "before", lambda: measure(cfg, cfg.model, data))
+    data = cached_stage(run_dir, "data", lambda: make_data(cfg, run_dir))
+    before = cached_stage(run_dir, "before", lambda: measure(cfg, cfg.model, data))
     print(f"[pipeline] before: accuracy {before['accuracy']:.1%}, held-out loss {before['heldout_loss']:.3f}")
-    sft = _stage(run_dir, "sft", lambda: run_sft(cfg, run_dir, data))
-    after = _stage(run_dir, "after", lambda: measure(cfg, sft["checkpoint"], data))
+    sft = cached_stage(run_dir, "sft", lambda: run_sft(cfg, run_dir, data))
+    after = cached_stage(run_dir, "after", lambda: measure(cfg, sft["checkpoint"], data))
     rl = after_rl = None
     if cfg.rlvr:
-        rl = _stage(run_dir, "rlvr", lambda: run_rl(cfg, run_dir / "rl", sft["checkpoint"], cfg.rl_steps,
+        rl = cached_stage(run_dir, "rlvr", lambda: run_rl(cfg, run_dir / "rl", sft["checkpoint"], cfg.rl_steps,
                                                      {d: 1.0 for d in RL_DOMAINS}))
-        after_rl = _stage(run_dir, "after_rl", lambda: measure(cfg, rl["checkpoint"], data))
+        after_rl = cached_stage(run_dir, "after_rl", lambda: measure(cfg, rl["checkpoint"], data))
     print(report(run_dir, before, after, sft, time.time() - t0, rl, after_rl))
     if cfg.distill:
         print(distill_report(run_dir, run_distill(cfg, run_dir, sft), rl))
@@ -441,7 +308,7 @@ def run(args: argparse.Namespace) -> int:
         from posttrain.experiments.curation import compare, curation_stage
 
         cur_dir = run_dir / "curation"
-        cur = _stage(run_dir, "curation", lambda: curation_stage(
+        cur = cached_stage(run_dir, "curation", lambda: curation_stage(
             cfg.model, cur_dir, 160, 4, 2, 0.9, 64, cfg.seed, max_digits=cfg.max_digits))
         if not cur["rows_curated"]:
             print(f"\ncuration: none of {cur['candidates_logged']} candidates passed the verifier and filters; "

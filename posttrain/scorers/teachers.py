@@ -39,14 +39,12 @@ the end is ignored). vLLM reports raw (temperature-1) prompt log-probs, so url t
 
 from __future__ import annotations
 
-import os
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
-from posttrain.configs.distill import TeachersConfig, TeacherSpec
+from posttrain.configs.distill import TeachersConfig
 from posttrain.errors import UserError
 
 

@@ -1,4 +1,4 @@
-"""The one training loop every stage runs on (SFT, RL, distillation; DPO and GenRM next).
+"""The one training loop every stage runs on (SFT, RL, MOPD; DPO and GenRM next).
 
 The loop owns everything that is the same in every stage: loading the model (or resuming it from
 the run's last checkpoint), the optimizer and its parameter groups, the WSD learning-rate schedule,

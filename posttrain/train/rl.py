@@ -13,7 +13,7 @@ Algorithm (docs/recipe.md §2), one synchronous on-policy step:
 4. **Filter.** Overlong filtering (a rollout cut by the token or context limit is dropped, not
    scored 0) and dynamic filtering (a group whose rewards are all equal gives zero advantage; it is
    dropped and counted; ``algo.refill_rounds`` resamples replacements, DAPO-style).
-5. **Signal scorers** (none for RLVR; MOPD's teachers add per-token log-probs) and the
+5. **Signal scorers** (none for RLVR; MOPD adds per-token target log-probs) and the
    **advantage** estimator named in the config: the loop never knows which ran.
 6. **Update** on the shared loop (``train/loop.py``): per micro-batch of packed rows, the trainer's
    log-probs of the sampled tokens (``models/logprobs.py``) and the registry's loss (``pg``:
@@ -340,7 +340,7 @@ class RLResult:
 def train_rl(cfg: RLConfig, progress: bool = True, stop_after: int | None = None,
              scorers: Sequence[Any] = ()) -> RLResult:
     """Run the stage (see the module docstring). ``scorers`` run after the verifier (MOPD's
-    teachers); ``stop_after`` (tests) returns right after that step as if killed there."""
+    target log-probs); ``stop_after`` (tests) returns right after that step as if killed there."""
     from posttrain.algos.losses import make_loss
     from posttrain.train import loop
     from posttrain.train.checkpoint import latest_checkpoint

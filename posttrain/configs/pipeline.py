@@ -1,0 +1,53 @@
+"""The main job's config (``posttrain pipeline``; the experiment is ``experiments/pipeline.py``)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from posttrain.configs.base import StrictModel
+
+
+class PipelineConfig(StrictModel):
+    model: str = "embedded"
+    run_dir: str = "runs/pipeline"
+    seed: int = 0
+    n_train: int = Field(2000, ge=8)
+    """Generated SFT conversations."""
+    n_eval: int = Field(80, ge=4)
+    """Held-out problems for answer accuracy (greedy)."""
+    n_val_rows: int = Field(64, ge=4)
+    """Held-out conversations for the SFT loss."""
+    max_digits: int = Field(2, ge=1, le=3)
+    sft_steps: int = Field(40, ge=1)
+    sft_batch_size: int = Field(16, ge=1)
+    sft_lr: float = Field(1e-4, gt=0)
+    max_new_tokens: int = Field(80, ge=8)
+    eval_batch_size: int = Field(32, ge=1)
+    curation: bool = False
+    """Add the curation stage: rejection sampling from the model itself with the math verifier, then
+    SFT on the curated rows vs on as many unfiltered samples (experiments/curation.py; ~12 min)."""
+    rlvr: bool = True
+    """Run the RLVR stage: multi-environment GRPO (math, mcq, instruction 1:1:1) from the SFT checkpoint."""
+    rl_steps: int = Field(10, ge=1)
+    """GRPO steps of the RLVR stage, 6 prompts x 6 rollouts each."""
+    rl_lr: float = Field(1e-5, gt=0)
+    """Constant learning rate of every RL run (RLVR, the specialists, MOPD): no warmup, no decay."""
+    rl_val_tasks: int = Field(32, ge=1)
+    """Held-out tasks per domain, graded greedily at the start and at the end of every RL run."""
+    rl_train_tasks: int = Field(48, ge=1)
+    """Training pool per domain (tasks are sampled uniformly from it, no curriculum profile)."""
+    rl_overrides: list[str] = Field(default_factory=list)
+    """RLConfig overrides (``key.sub=value``) applied last to every RL run, e.g.
+    ``[rollout.group_size=4, rollout.max_new_tokens=64]``; tests shrink the runs with it."""
+    distill: bool = False
+    """Add the distill stage: a math and an instruction RLVR specialist from the SFT checkpoint, then
+    MOPD of both into the SFT checkpoint (posttrain/distill); about three RL runs' time."""
+    specialist_steps: int = Field(10, ge=1)
+    """GRPO steps of each specialist (one domain trained, the others validated only)."""
+    distill_steps: int = Field(10, ge=1)
+    """MOPD steps of the student."""
+
+
+QUICK = {"n_train": 400, "n_eval": 48, "n_val_rows": 24, "sft_steps": 10, "sft_batch_size": 8,
+         "sft_lr": 2e-4, "max_new_tokens": 72, "rl_steps": 2, "rl_val_tasks": 8, "specialist_steps": 2,
+         "distill_steps": 2, "run_dir": "runs/pipeline-quick"}

@@ -1,0 +1,95 @@
+"""Stages the experiments share: cached stage results, the arithmetic data, measuring a model,
+an SFT run with the pipeline's settings."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from posttrain.configs.pipeline import PipelineConfig
+
+
+def cached_stage(run_dir: Path, name: str, fn: Any) -> dict[str, Any]:
+    """Run ``fn`` once; its JSON result is cached so a re-run skips finished stages."""
+    path = run_dir / "stages" / f"{name}.json"
+    if path.exists():
+        print(f"[pipeline] {name}: done earlier, reusing {path}")
+        return json.loads(path.read_text())
+    t = time.time()
+    out = fn()
+    out["seconds"] = round(time.time() - t, 1)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=2))
+    return out
+
+
+def make_data(cfg: PipelineConfig, run_dir: Path) -> dict[str, Any]:
+    from posttrain.data.conversations import write_jsonl
+    from posttrain.data.synthetic import arithmetic_rows
+
+    train = run_dir / "data" / "train.jsonl"
+    val = run_dir / "data" / "validation.jsonl"
+    n_train = write_jsonl(arithmetic_rows(cfg.n_train, cfg.seed, "train", max_digits=cfg.max_digits), train)
+    n_val = write_jsonl(arithmetic_rows(cfg.n_val_rows, cfg.seed + 1, "validation", max_digits=cfg.max_digits), val)
+    return {"train": str(train), "validation": str(val), "n_train": n_train, "n_validation": n_val}
+
+
+def measure(cfg: PipelineConfig, model_spec: str, data: dict[str, Any]) -> dict[str, Any]:
+    """Held-out SFT loss and greedy answer accuracy of one model."""
+    from posttrain.data.conversations import read_conversations
+    from posttrain.data.synthetic import arithmetic_tasks
+    from posttrain.envs.base import make_env
+    from posttrain.models.loading import load_model
+    from posttrain.engines.base import SamplingParams
+    from posttrain.engines.hf import HFGenerator
+    from posttrain.train.precision import autocast
+    from posttrain.models.facts import is_hybrid
+    from posttrain.train.sft import heldout_loss, tokenize_rows
+
+    loaded = load_model(model_spec)
+    rows, _ = read_conversations(data["validation"])
+    val = heldout_loss(loaded.model, tokenize_rows(loaded.tokenizer, rows), 1024, not is_hybrid(loaded.model),
+                       loaded.tokenizer.pad_token_id or 0, lambda: autocast("fp32", loaded.device))
+
+    tasks = arithmetic_tasks(cfg.n_eval, cfg.seed + 2, "validation", max_digits=cfg.max_digits)
+    gen = HFGenerator(loaded.model, loaded.tokenizer, batch_size=cfg.eval_batch_size)
+    comps = gen.generate([t.messages for t in tasks], SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=0.0))
+    env = make_env("math")
+    by_digits: dict[int, list[float]] = {}
+    formatted, samples = 0, []
+    for t, c in zip(tasks, comps):
+        res = env.verify(t, [{"role": "assistant", "content": c[0].text}])
+        by_digits.setdefault(t.metadata["digits"], []).append(res.reward)
+        formatted += int(res.components.get("format", 0) > 0)
+        if len(samples) < 3:
+            samples.append({"prompt": t.messages[-1]["content"], "reply": c[0].text, "reward": res.reward})
+    rewards = [r for v in by_digits.values() for r in v]
+    return {
+        "model": model_spec,
+        "heldout_loss": val.loss,
+        "accuracy": sum(rewards) / len(rewards),
+        "accuracy_by_digits": {str(d): sum(v) / len(v) for d, v in sorted(by_digits.items())},
+        "answer_format_rate": formatted / len(tasks),
+        "mean_reply_tokens": sum(len(c[0].token_ids) for c in comps) / len(comps),
+        "n_eval": len(tasks),
+        "samples": samples,
+    }
+
+
+def run_sft(cfg: PipelineConfig, run_dir: Path, data: dict[str, Any]) -> dict[str, Any]:
+    from posttrain.configs import load_config
+    from posttrain.configs.sft import SFTConfig
+    from posttrain.train.sft import train_sft
+
+    sft_cfg = load_config(SFTConfig, None, [
+        f"model={cfg.model}", f"run_dir={run_dir / 'sft'}", f"train.steps={cfg.sft_steps}",
+        f"train.batch_size={cfg.sft_batch_size}", f"optim.lr={cfg.sft_lr}", f"train.seed={cfg.seed}",
+        f"optim.warmup_steps={max(1, cfg.sft_steps // 10)}", "optim.decay_frac=0.3",
+        f"train.save_every={max(5, cfg.sft_steps // 4)}", "data.max_seq_len=512",
+        f"data.train=[{{path: {data['train']}}}]", f"data.validation=[{data['validation']}]",
+    ])
+    res = train_sft(sft_cfg)
+    return {"checkpoint": str(res.checkpoint), "steps": res.steps, "tokens_trained": res.tokens_trained,
+            "val_loss_before": res.val_loss_before, "val_loss_after": res.val_loss_after}
