@@ -1,4 +1,4 @@
-"""``posttrain profile``: the pass-rate profile the RL curriculum samples from (RECIPE.md §2).
+"""``posttrain profile``: the pass-rate profile the RL curriculum samples from (docs/recipe.md §2).
 
     posttrain profile --model runs/sft/final --env math --env mcq --n 256 --k 8 --out profile.jsonl
     posttrain profile --config recipes/rl.yaml --k 8 --out runs/rl/profile.jsonl   # the RL run's pools

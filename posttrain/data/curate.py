@@ -1,4 +1,4 @@
-"""SFT data curation: generate, verify, filter, pick diverse, write with provenance (RECIPE.md §1).
+"""SFT data curation: generate, verify, filter, pick diverse, write with provenance (docs/recipe.md §1).
 
     posttrain curate --env instruction --teacher embedded --n 8 --k 2 --out data/sft_instr.jsonl
     posttrain curate --prompts prompts.jsonl --judge http://localhost:8000/v1 \\

@@ -1,4 +1,4 @@
-"""Diversity selection for SFT candidates: at most K per prompt, no near-duplicates (RECIPE.md §1).
+"""Diversity selection for SFT candidates: at most K per prompt, no near-duplicates (docs/recipe.md §1).
 
 Similarity is the Jaccard similarity of word 3-shingle sets, estimated with MinHash, and
 near-duplicates across the whole dataset are found with ``datasketch.MinHashLSH``.

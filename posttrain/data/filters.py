@@ -1,4 +1,4 @@
-"""Filters every SFT candidate must pass, whatever its domain (RECIPE.md §1).
+"""Filters every SFT candidate must pass, whatever its domain (docs/recipe.md §1).
 
 A filter is a pure function of one OpenAI-style conversation row (``{"messages": [...], "tools":
 [...], ...}``) returning ``(keep, reason)``: ``(True, None)`` to keep, ``(False, "short_label")`` to

@@ -2,7 +2,7 @@
 
     posttrain profile-data data/sft.jsonl [--tokenizer embedded] [--out data/sft_profile]
 
-The recipe (RECIPE.md §1) profiles data before training because the data's habits become the
+The recipe (docs/recipe.md §1) profiles data before training because the data's habits become the
 model's: too many long trajectories teach over-searching, and if nearly every sample that offers a
 tool also calls one, "always call a tool when one is offered" is learned as a bias. Reported:
 

@@ -1,4 +1,4 @@
-"""Seeded SFT data transforms for reasoning control (RECIPE.md §1).
+"""Seeded SFT data transforms for reasoning control (docs/recipe.md §1).
 
 * ``reasoning_off`` (10% of samples by default): the reasoning of every assistant turn is removed
   and the system prompt gains ``/no_think``; the template then renders an empty think block, so

@@ -2,7 +2,7 @@
 
 Tasks come from the offline task families in ``code_tasks.py`` (spec + signature + reference
 implementation + input generator); the tests compare the candidate's output with the reference
-output on generated inputs, at most 50 per task (RECIPE.md §2, competition code).
+output on generated inputs, at most 50 per task (docs/recipe.md §2.2).
 
 Grading a rollout:
 

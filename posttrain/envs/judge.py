@@ -1,7 +1,7 @@
 """An LLM judge: any ``Generator`` asked to grade a conversation against a rubric.
 
 Used by the environments whose reward no program can compute (multi-turn instruction following,
-long-context QA; RECIPE.md §2) and by SFT filtering of open-ended text (§1).
+long-context QA; docs/recipe.md §2) and by SFT filtering of open-ended text (§1).
 
 The output format is one line, and parsing is strict, because a lenient parser turns judge noise
 into reward noise:

@@ -1,4 +1,4 @@
-"""Long-context QA whose answer needs facts from at least five documents (RECIPE.md §2, env 6).
+"""Long-context QA whose answer needs facts from at least five documents (docs/recipe.md §2.6).
 
 Tasks are generated, not downloaded. A task is a set of ``n_docs`` short fictional company reports
 (sector, city, founding year, head count, revenue, chief executive, plus distractors: last years'

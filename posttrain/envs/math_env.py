@@ -1,4 +1,4 @@
-"""Math environment (RECIPE.md §2.1): binary reward for the correct final answer.
+"""Math environment (docs/recipe.md §2.1): binary reward for the correct final answer.
 
 Tasks come from reasoning-gym generators (offline, procedural), arranged as *families* with three
 difficulty levels each, so a curriculum has easy tasks to start from: the embedded 135M model

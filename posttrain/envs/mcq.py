@@ -1,4 +1,4 @@
-"""STEM multiple-choice environment (RECIPE.md §2.3): binary reward for picking the right option.
+"""STEM multiple-choice environment (docs/recipe.md §2.3): binary reward for picking the right option.
 
 Questions are generated procedurally and offline: each generator below draws the numbers of a
 physics, chemistry, unit-conversion, geometry or biology problem, computes the answer, and

@@ -1,7 +1,7 @@
 """Any ``Environment`` as an HTTP resource server that speaks NeMo Gym's contract.
 
 The recipe runs environments as separate services ("resource servers: tasks in, reward out";
-RECIPE.md §2) so they can be developed and scaled apart from the trainer. This module wraps one
+docs/recipe.md §2) so they can be developed and scaled apart from the trainer. This module wraps one
 in-process environment in a FastAPI app; ``posttrain.envs.remote.RemoteEnvironment`` is the client
 that makes such a server look like an in-process environment again. The full contract, with
 example bodies, is in docs/env_server.md.

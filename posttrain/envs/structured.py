@@ -1,9 +1,9 @@
-"""Structured-output environment (RECIPE.md §2.4): reply with JSON that conforms to a schema.
+"""Structured-output environment (docs/recipe.md §2.4): reply with JSON that conforms to a schema.
 
 Each task is a short generated document (an invoice, a person profile, a product listing, an event
 announcement, a job posting) and a JSON Schema for its details. The reward is exact adherence: 1 if
 the reply parses as JSON and validates against the schema (``jsonschema.Draft202012Validator``),
-else 0. There is no partial credit and no reward for content (RECIPE.md): a valid object with wrong
+else 0. There is no partial credit and no reward for content (docs/recipe.md §2.4): a valid object with wrong
 values still scores 1. A reference extraction is kept in the ground truth for SFT data and tests;
 it is never graded.
 

@@ -8,7 +8,7 @@
    environments, the full tool / user loop for multi-turn ones;
 3. grades every rollout with ``env.verify(task, messages)``.
 
-Aggregates (RECIPE.md §7), all means over tasks:
+Aggregates (docs/recipe.md §7), all means over tasks:
 
 * ``mean_reward`` = avg@k, the mean reward of the k samples. With k = 1 and temperature 0 this is
   the greedy accuracy.

@@ -14,8 +14,8 @@ The binomials overflow for large ``n``, so it is computed as the product
 (each factor in [0, 1]; no large intermediate numbers). When ``n - c < k`` every draw of ``k``
 samples contains a correct one and pass@k is exactly 1.
 
-avg@k is the mean reward of the ``k`` samples (RECIPE.md §7: "avg@k / pass@1 estimated from k
-samples"); with binary rewards it equals pass@1 estimated from ``k`` samples.
+avg@k is the mean reward of the ``k`` samples (docs/recipe.md §7: the
+reports average k samples per problem); with binary rewards it equals pass@1 estimated from ``k`` samples.
 
 A sample counts as correct when its reward reaches ``success_threshold`` (1.0 by default: full
 marks; environments with partial credit, such as the fraction of unit tests passed, only count

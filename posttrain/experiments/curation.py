@@ -2,7 +2,7 @@
 
     python scripts/curation_vs_unfiltered.py --run-dir runs/curation   # the embedded model, ~20 min
 
-The experiment isolates the effect of the verifier and filters (RECIPE.md §1) from the effect of
+The experiment isolates the effect of the verifier and filters (docs/recipe.md §1) from the effect of
 simply training on the model's own text:
 
 1. ``curation_stage``: the model samples ``n_candidates`` replies to each of ``n_prompts`` arithmetic

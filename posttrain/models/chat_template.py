@@ -32,7 +32,7 @@ Why XML tool calls: a parameter value is written raw between tags, so code and q
 arguments need no JSON escaping (the recipe's reason). Non-string values are written as JSON and
 parsed back with ``json.loads``; anything that is not valid JSON stays a string.
 
-Reasoning control (RECIPE.md §1):
+Reasoning control (docs/recipe.md §1):
 * reasoning off: the assistant turn opens with an empty ``<think></think>`` block, so the model
   learns to skip it when the system prompt says ``/no_think``;
 * budget: ``truncate_reasoning`` cuts a trace to a token budget and closes the block, and the

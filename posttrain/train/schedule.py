@@ -1,4 +1,4 @@
-"""Warmup-Stable-Decay learning-rate schedule (RECIPE.md §6).
+"""Warmup-Stable-Decay learning-rate schedule (docs/recipe.md §6).
 
 Linear warm-up from 0 to the peak over ``warmup_steps``, constant at the peak, then a linear decay
 to ``min_lr_ratio × peak`` over the last ``decay_frac`` of the run. Unlike cosine, the long stable

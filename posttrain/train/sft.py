@@ -1,6 +1,6 @@
 """Supervised fine-tuning: ``posttrain sft --config recipes/sft.yaml [key=value ...]``.
 
-Algorithm (RECIPE.md §1, §6): conversations → chat template (loss on assistant tokens only) →
+Algorithm (docs/recipe.md §1, §6): conversations → chat template (loss on assistant tokens only) →
 per-dataset blend weights decide how often each dataset is drawn → each optimizer step takes
 ``train.batch_size`` conversations, packs them into rows of at most ``data.max_seq_len`` tokens
 (rows never attend to each other) and accumulates gradients over the rows → token-mean
@@ -88,7 +88,7 @@ def step_plan(sizes: list[int], weights: list[float], batch_size: int, steps: in
     """Which (dataset, example) pairs each step trains on: a pure function of its arguments.
 
     Datasets are drawn by weight; inside a dataset, examples come from a fresh permutation each epoch,
-    so a small dataset with a large weight is simply seen for more epochs (RECIPE.md §1).
+    so a small dataset with a large weight is simply seen for more epochs (docs/recipe.md §1).
     """
     rng = random.Random(seed)
     perms: list[list[int]] = [[] for _ in sizes]

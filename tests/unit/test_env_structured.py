@@ -50,7 +50,7 @@ def test_valid_json_scores_one_bare_or_fenced(env, train):
 
 
 def test_content_is_not_graded(env, train):
-    # Exact schema adherence only (RECIPE.md): valid but wrong values still score 1.
+    # Exact schema adherence only (docs/recipe.md §2.4): valid but wrong values still score 1.
     t = next(t for t in train if "invoice_number" in t.ground_truth["schema"]["properties"])
     wrong = dict(t.ground_truth["reference"], invoice_number="INV-1999-0001")
     assert env.verify(t, reply(json.dumps(wrong))).reward == 1.0

@@ -1,4 +1,4 @@
-"""Banking customer-service environment with a simulated user (RECIPE.md §2.7): see ``env.py``."""
+"""Banking customer-service environment with a simulated user (docs/recipe.md §2.7): see ``env.py``."""
 
 from posttrain.envs.banking.env import BankingEnv
 

@@ -1,6 +1,6 @@
 """The banking environment: a customer-service agent, its tools, and a simulated customer.
 
-Reward (RECIPE.md §2.7): 1 when the database state after the agent's tool calls equals the state
+Reward (docs/recipe.md §2.7): 1 when the database state after the agent's tool calls equals the state
 the scenario's reference calls produce, else 0. The state includes the ordered log of actions with
 "was the customer verified" (see ``data.py``), so the policy is graded too: unblocking before
 verifying, unblocking the wrong card, disputing the near-miss transaction, or locking the customer

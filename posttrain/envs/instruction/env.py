@@ -1,4 +1,4 @@
-"""Single-turn instruction following with verifiable constraints (RECIPE.md §2, environment 5).
+"""Single-turn instruction following with verifiable constraints (docs/recipe.md §2.5).
 
 A task is a base request ("Write a short note about lighthouses for your neighbours.") plus 2–4
 constraints of distinct, mutually compatible kinds drawn from ``constraints.CONSTRAINTS``. A

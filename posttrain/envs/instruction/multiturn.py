@@ -1,4 +1,4 @@
-"""Multi-turn instruction following, graded by an LLM judge (RECIPE.md §2, environment 5).
+"""Multi-turn instruction following, graded by an LLM judge (docs/recipe.md §2.5).
 
 A task is a conversation that ends in a user turn. The first user turn makes a request (topic, kind
 of text, audience, tone) with two verifiable rules; each later user turn changes the rules once, and

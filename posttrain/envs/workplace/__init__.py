@@ -1,4 +1,4 @@
-"""Workplace assistant environment (RECIPE.md §2.7): see ``env.py`` for the design."""
+"""Workplace assistant environment (docs/recipe.md §2.7): see ``env.py`` for the design."""
 
 from posttrain.envs.workplace.env import WorkplaceEnv
 

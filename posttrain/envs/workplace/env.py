@@ -1,6 +1,6 @@
 """The workplace environment: an assistant with 26 tools over email, calendar, CRM, projects, analytics.
 
-Reward (RECIPE.md §2.7): 1 when the database state after the model's tool calls equals the state
+Reward (docs/recipe.md §2.7): 1 when the database state after the model's tool calls equals the state
 the task's reference calls produce, else 0. Question tasks (read-only) also need the right value
 after "Answer:" in the final reply, and must leave the state untouched.
 
