@@ -339,3 +339,13 @@ def test_property_jinja_template_escapes_like_python(tok, typed):
     expect = render_text(conv, _tools(**types))
     got = tok.apply_chat_template(conv, tools=_tools(**types), chat_template=chat_template_text(), tokenize=False)
     assert got == expect
+
+
+def test_tool_call_text_over_the_size_bound_is_refused_unread(monkeypatch):
+    import posttrain.models.chat_template as ct
+
+    monkeypatch.setattr(ct, "MAX_TOOL_TEXT_CHARS", 1000)
+    with pytest.raises(ToolCallParseError) as e:
+        parse_assistant(format_tool_call("f", {"s": "x" * 2000}))
+    assert e.value.reason == "tool_text_too_large"
+    assert parse_assistant("plain answer " * 200).content.startswith("plain answer")  # no calls: not limited
