@@ -1,12 +1,16 @@
-"""Chat template: rendering, masks, reasoning handling, XML tool calls both ways, Jinja parity."""
+"""Chat template: rendering, masks, reasoning handling, XML tool calls both ways (exact values, escaping,
+bounded linear parsing; hypothesis round-trip properties), Jinja parity."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from posttrain.models.chat_template import (
-    ToolCallParseError, format_tool_call, parse_assistant, parse_tool_calls, render, render_text,
-    split_reasoning, truncate_reasoning,
+    MAX_JSON_DEPTH, ToolCallParseError, assistant_text, escape_value, format_tool_call, parse_assistant,
+    parse_tool_calls, render, render_text, split_reasoning, truncate_reasoning, unescape_value,
 )
 from posttrain.models.loading import load_tokenizer
 from posttrain.train.checkpoint import chat_template_text
@@ -139,16 +143,6 @@ def test_embedded_tokenizer_renders_and_masks():
 
 
 # --------------------------------------------------------------------------- tool-call values (issue 12, items 7-9)
-
-import json  # noqa: E402
-import time  # noqa: E402
-
-from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
-
-from posttrain.models.chat_template import (  # noqa: E402
-    MAX_JSON_DEPTH, assistant_text, escape_value, unescape_value,
-)
-
 
 def _tools(**types):
     """One tool ``f`` whose parameters have the given JSON-schema types."""
