@@ -20,7 +20,7 @@ from typing import Any, Iterable, Iterator, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from posttrain.errors import UserError
-from posttrain.models.chat_template import ToolCallParseError, _arguments_of
+from posttrain.models.chat_template import ToolCallParseError, _arguments_of, _check_names
 
 
 class FunctionSpec(BaseModel):
@@ -36,8 +36,8 @@ class ToolCallSpec(BaseModel):
 
     @model_validator(mode="after")
     def _arguments_parse(self) -> "ToolCallSpec":
-        try:
-            _arguments_of(self.model_dump())
+        try:  # names too: the chat template refuses to write one that would parse as something else
+            _check_names(self.function.name, _arguments_of(self.model_dump()))
         except ToolCallParseError as e:
             raise ValueError(str(e)) from None
         return self

@@ -240,15 +240,16 @@ def load_output(path: Path) -> tuple[list[Row], set[str]]:
 # --------------------------------------------------------------------------- rows
 
 
-def _normalize_assistant(msg: Message) -> Message:
+def _normalize_assistant(msg: Message, tools: list[dict[str, Any]] | None = None) -> Message:
     """Raw generated text → reasoning_content / content / structured tool_calls (left as is if it
-    does not parse: only reachable with the tool_calls filter turned off)."""
+    does not parse: only reachable with the tool_calls filter turned off). ``tools`` (the task's)
+    keeps string arguments as the exact text the model wrote."""
     from posttrain.models.chat_template import ToolCallParseError, parse_assistant
 
     if msg.get("role") != "assistant" or msg.get("tool_calls") or msg.get("reasoning_content") is not None:
         return msg
     try:
-        return parse_assistant(msg.get("content") or "").to_message()
+        return parse_assistant(msg.get("content") or "", tools).to_message()
     except ToolCallParseError:
         return msg
 
@@ -366,7 +367,7 @@ class _Pipeline:
             return None
         self.tally.by_teacher[cand.teacher]["verified"] += 1
         n = len(task.messages)
-        row["messages"] = row["messages"][:n] + [_normalize_assistant(m) for m in row["messages"][n:]]
+        row["messages"] = row["messages"][:n] + [_normalize_assistant(m, task.tools) for m in row["messages"][n:]]
         row["provenance"].update(reward=result.reward, verify_reason=result.reason)
         try:
             validate_row(row)

@@ -136,14 +136,15 @@ def _required_params(tool: dict[str, Any]) -> list[str]:
     return list(req) if isinstance(req, list) else []
 
 
-def tool_calls_of(msg: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+def tool_calls_of(msg: dict[str, Any], tools: list[dict[str, Any]] | None = None) -> list[tuple[str, dict[str, Any]]]:
     """(name, arguments) of every call in an assistant message: structured ``tool_calls`` and XML
-    calls written in its content. Raises ``ToolCallParseError`` for anything unparsable."""
+    calls written in its content (read against ``tools``' schemas when given). Raises
+    ``ToolCallParseError`` for anything unparsable."""
     calls = [(str((c.get("function", c) or {}).get("name", "")), _arguments_of(c))
              for c in msg.get("tool_calls") or []]
     content = msg.get("content") or ""
     if "<tool_call>" in content or "</tool_call>" in content:
-        calls += [(c.name, c.arguments) for c in parse_assistant(content).tool_calls]
+        calls += [(c.name, c.arguments) for c in parse_assistant(content, tools).tool_calls]
     return calls
 
 
@@ -158,7 +159,7 @@ class ToolCallFilter(Filter):
         tools = {tool_name(t): t for t in row.get("tools") or [] if isinstance(t, dict)}
         for m in assistant_messages(row):
             try:
-                calls = tool_calls_of(m)
+                calls = tool_calls_of(m, list(tools.values()))
             except ToolCallParseError as e:
                 return False, f"malformed:{e.reason}"
             except (AttributeError, TypeError):  # tool_calls that are not a list of call objects

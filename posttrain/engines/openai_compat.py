@@ -9,9 +9,12 @@ What comes back is mapped onto our text conventions, so everything downstream (v
 
 * a server-side reasoning parser's ``reasoning_content`` (or ``reasoning``) goes back inside a
   ``<think>`` block in front of the answer;
-* server-parsed ``tool_calls`` are written back as our XML tool calls; a call whose arguments are
-  not valid JSON is written so that ``parse_tool_calls`` rejects it (the model made a malformed
-  call, and the environment must count it, not have it silently repaired);
+* server-parsed ``tool_calls`` are written back as our XML tool calls, values escaped by the
+  template's rule so that parsing them with the tool schemas gives back exactly the server's
+  arguments (a string "2022" stays a string, "</tool_call>" in a value stays text); a call whose
+  arguments are not valid JSON (or nest too deep, or whose name cannot be written) is written so
+  that ``parse_tool_calls`` rejects it (the model made a malformed call, and the environment must
+  count it, not have it silently repaired);
 * ``finish_reason`` "length" stays "length"; everything else ("stop", "tool_calls", ...) is "stop";
 * log-probs are returned when the server gives them (``logprobs: true``); token ids only when the
   server writes tokens as ``token_id:<n>`` (vLLM's ``return_tokens_as_token_ids``), because
@@ -38,7 +41,9 @@ from typing import Any, Sequence
 
 import httpx
 
-from posttrain.models.chat_template import THINK_CLOSE, THINK_OPEN, format_tool_call
+from posttrain.models.chat_template import (
+    THINK_CLOSE, THINK_OPEN, ToolCallParseError, escape_value, format_tool_call, load_json_bounded,
+)
 from posttrain.engines.base import Completion, FinishReason, Message, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -191,19 +196,28 @@ def to_chat_messages(messages: Sequence[Message]) -> list[Message]:
 
 
 def _tool_call_text(call: dict[str, Any]) -> str:
+    """One server-parsed call in our XML format. Values go through ``format_tool_call``'s escaping,
+    so parsing the text with the tool schemas gives back exactly the server's arguments."""
     fn = call.get("function", call)
+    name = fn.get("name")
     args = fn.get("arguments") or "{}"
     if isinstance(args, str):
         try:
-            args = json.loads(args)
-        except json.JSONDecodeError:
+            args = load_json_bounded(args, str(name)[:80])
+        except (json.JSONDecodeError, ToolCallParseError):
             args = None
-    if not isinstance(args, dict):
-        # Raw text inside <function> without a <parameter> tag: parse_tool_calls rejects it as
-        # "stray_text_in_function", so the malformed call is counted downstream.
-        raw = fn.get("arguments")
-        return f"<tool_call>\n<function={fn['name']}>\n{raw}\n</function>\n</tool_call>"
-    return format_tool_call(fn["name"], args)
+    if isinstance(args, dict):
+        try:
+            return format_tool_call(name, args)
+        except ToolCallParseError:  # a name that cannot be written: fall through to the malformed form
+            pass
+    # Raw (escaped) text inside <function> without a <parameter> tag: parse_tool_calls rejects it as
+    # "stray_text_in_function" (or "bad_function_name"), so the malformed call is counted downstream
+    # rather than silently repaired. The name is reduced to name characters so it cannot inject tags.
+    safe_name = re.sub(r"[^\w.\-]", "?", str(name)) or "?"
+    raw = fn.get("arguments")
+    raw_text = raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False, default=str)
+    return f"<tool_call>\n<function={safe_name}>\n{escape_value(raw_text)}\n</function>\n</tool_call>"
 
 
 def completion_text(message: dict[str, Any]) -> str:

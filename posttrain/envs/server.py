@@ -57,6 +57,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from posttrain.envs.base import Environment, Episode, Message, Task, make_env
 from posttrain.engines.openai_compat import arguments_json, assign_tool_call_ids, tool_to_responses
+from posttrain.models.chat_template import ToolCallParseError, load_json_bounded
 
 log = logging.getLogger(__name__)
 
@@ -121,9 +122,9 @@ def _arguments_of(raw: Any, where: str) -> Any:
         return raw
     if not isinstance(raw, str):
         raise ValueError(f"{where}.arguments: expected a JSON string")
-    try:
-        parsed = json.loads(raw) if raw.strip() else {}
-    except json.JSONDecodeError:
+    try:  # bounded: deep nesting or a 5,000-digit number must not raise out of the request
+        parsed = load_json_bounded(raw, where) if raw.strip() else {}
+    except (json.JSONDecodeError, ToolCallParseError):
         return raw
     return parsed if isinstance(parsed, dict) else raw
 

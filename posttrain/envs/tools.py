@@ -12,9 +12,13 @@ model mistakes. Every failure becomes an error observation with a short, countab
 * ``sql_error`` for a database error, ``internal_error`` for anything else (a bug worth counting,
   not a crash of the rollout).
 
-One subtlety of the XML call format: a parameter value that looks like JSON is parsed as JSON, so
-``<parameter=body>1234</parameter>`` arrives as the integer 1234. The format cannot say "this is the
-string 1234", so where the schema wants a string, a scalar is turned back into its JSON text.
+XML calls are parsed against the toolbox's schemas (``parse_turn(message, tools)``), so a string
+parameter is exactly the text the model wrote ("2022" stays "2022", "3.10" stays "3.10") and only
+non-string parameters are decoded as JSON (the value rules are in ``models/chat_template.py``). A
+call that does not parse (unbalanced tags, an unclosed parameter, JSON nested too deep, a number
+too long to convert, ...) executes nothing and becomes one error observation with the parser's
+reason, counted like any other error; it never raises. Structured (OpenAI JSON) calls keep one
+leniency: a JSON scalar for a string parameter is turned into its JSON text.
 
 Transcripts are replayed, not trusted. ``parse_turn`` reads the calls of one assistant message
 (OpenAI ``tool_calls`` if present, else the XML calls in ``content``), and ``replay`` executes every
@@ -109,7 +113,9 @@ def object_schema(properties: dict[str, Any], optional: Iterable[str] = ()) -> d
     }
 
 
-def _coerce_xml_strings(args: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+def _coerce_scalar_strings(args: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    # Only reachable from structured JSON calls ({"text": 1234}) and direct ToolCall objects: XML
+    # calls are parsed against the schema, so their string parameters are already text.
     props = schema.get("properties", {})
     out = dict(args)
     for k, v in args.items():
@@ -129,6 +135,7 @@ class Toolbox:
         self.name = name
         self._tools: dict[str, Tool] = {}
         self._validators: dict[str, jsonschema.protocols.Validator] = {}
+        self._definitions: list[dict[str, Any]] | None = None
 
     def tool(
         self, description: str, properties: dict[str, Any], optional: Iterable[str] = ()
@@ -148,6 +155,7 @@ class Toolbox:
         validator_cls.check_schema(tool.parameters)
         self._tools[tool.name] = tool
         self._validators[tool.name] = validator_cls(tool.parameters)
+        self._definitions = None
 
     def names(self) -> list[str]:
         return sorted(self._tools)
@@ -158,12 +166,19 @@ class Toolbox:
     def definitions(self) -> list[dict[str, Any]]:
         return [self._tools[n].definition() for n in self.names()]
 
+    def _parser_tools(self) -> list[dict[str, Any]]:
+        # The definitions the XML parser reads, built once (every parsed turn needs them); kept
+        # private so no caller can mutate the cached copy.
+        if self._definitions is None:
+            self._definitions = self.definitions()
+        return self._definitions
+
     def execute(self, state: Any, call: ToolCall) -> ToolResult:
         tool = self._tools.get(call.name)
         if tool is None:
             known = ", ".join(self.names())
             return error_result(call.name, "unknown_tool", f"no tool named {call.name!r}; available: {known}")
-        args = _coerce_xml_strings(call.arguments, tool.parameters)
+        args = _coerce_scalar_strings(call.arguments, tool.parameters)
         error = jsonschema.exceptions.best_match(self._validators[call.name].iter_errors(args))
         if error is not None:
             where = "/".join(str(p) for p in error.absolute_path) or "arguments"
@@ -199,10 +214,13 @@ def _content_text(content: Any) -> str:
     return ""
 
 
-def parse_turn(message: Message) -> ParsedTurn:
-    """Read one assistant message; never raises (a parse error is returned, with no calls)."""
+def parse_turn(message: Message, tools: list[dict[str, Any]] | None = None) -> ParsedTurn:
+    """Read one assistant message; never raises (a parse error is returned, with no calls).
+
+    ``tools`` (OpenAI-format definitions, e.g. ``Toolbox.definitions()``) directs how XML values
+    are read: a string parameter stays the exact text. Without it, JSON-looking text is decoded."""
     try:
-        turn = parse_assistant(_content_text(message.get("content")))
+        turn = parse_assistant(_content_text(message.get("content")), tools)
         if message.get("tool_calls"):
             calls = [ToolCall(str(c.get("function", c).get("name", "")), _arguments_of(c))
                      for c in message["tool_calls"]]
@@ -222,7 +240,8 @@ def parse_error_result(error: ToolCallParseError) -> ToolResult:
 @dataclass
 class ReplayStats:
     tool_calls: int = 0
-    errors: Counter = field(default_factory=Counter)
+    errors: Counter = field(default_factory=Counter)  # every error observation, by reason
+    parse_errors: Counter = field(default_factory=Counter)  # the subset from unparsable messages
 
     def add(self, result: ToolResult) -> None:
         if result.error is not None:
@@ -237,6 +256,7 @@ def run_turn(toolbox: Toolbox, state: Any, turn: ParsedTurn, stats: ReplayStats)
     """Execute one parsed turn: its calls in order, or the parse error as the single result."""
     if turn.parse_error is not None:
         results = [parse_error_result(turn.parse_error)]
+        stats.parse_errors[turn.parse_error.reason] += 1
     else:
         results = [toolbox.execute(state, c) for c in turn.calls]
         stats.tool_calls += len(turn.calls)
@@ -248,9 +268,10 @@ def run_turn(toolbox: Toolbox, state: Any, turn: ParsedTurn, stats: ReplayStats)
 def replay(toolbox: Toolbox, state: Any, messages: Iterable[Message]) -> ReplayStats:
     """Execute the tool calls of every assistant message, in order (observations are ignored)."""
     stats = ReplayStats()
+    tools = toolbox._parser_tools()
     for m in messages:
         if m.get("role") == "assistant":
-            run_turn(toolbox, state, parse_turn(m), stats)
+            run_turn(toolbox, state, parse_turn(m, tools), stats)
     return stats
 
 
@@ -303,7 +324,7 @@ class ToolEpisode(Episode):
             raise RuntimeError("step() called on a finished episode")
         self.turns += 1
         self.count("turns")
-        return parse_turn(message)
+        return parse_turn(message, self.toolbox._parser_tools())
 
     def execute(self, turn: ParsedTurn) -> list[Message]:
         results = run_turn(self.toolbox, self.state, turn, self._replay)
@@ -412,7 +433,11 @@ class StateCheck:
                 "tool_errors": float(self.stats.n_errors)}
 
     def reason(self) -> str:
-        return "state matches" if self.match else "state differs: " + "; ".join(self.diffs)
+        text = "state matches" if self.match else "state differs: " + "; ".join(self.diffs)
+        if self.stats.parse_errors:  # say why calls did not run (an unparsable call executes nothing)
+            counts = ", ".join(f"{r} x{n}" for r, n in sorted(self.stats.parse_errors.items()))
+            text += f"; unparsable tool calls: {counts}"
+        return text
 
 
 def check_transcript(

@@ -492,3 +492,13 @@ def test_workplace_session_round_trip(workplace_server):
     with httpx.Client(base_url=url) as client:
         client.post("/seed_session", json=task_to_row(task)).raise_for_status()
         assert client.post(f"/{first['name']}", json=first["arguments"]).json()["output"] == local_obs
+
+
+@pytest.mark.parametrize("arguments", ['{"q": ' + "[" * 3000 + "]" * 3000 + "}", '{"q": ' + "9" * 5000 + "}"])
+def test_hostile_function_call_arguments_stay_raw_for_the_env_to_count(arguments):
+    # issue 12, item 7: json.loads raised RecursionError / ValueError out of the request here
+    items = [{"type": "function_call", "call_id": "k", "name": "f", "arguments": arguments}]
+    (msg,) = items_to_messages(items)
+    assert msg["tool_calls"][0]["function"]["arguments"] == arguments
+    with pytest.raises(ToolCallParseError):
+        _arguments_of(msg["tool_calls"][0])

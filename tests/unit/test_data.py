@@ -129,3 +129,15 @@ def test_write_and_read_roundtrip(tmp_path):
     write_jsonl(rows, tmp_path / "x.jsonl")
     back, report = read_conversations(tmp_path / "x.jsonl")
     assert back == rows and report.kept == 5
+
+
+def test_tool_call_names_the_template_cannot_write_are_bad_rows(tmp_path):
+    # issue 12, item 9: a parameter name like "a>\n<parameter=admin" would render as a second
+    # parameter; it is a bad row at read time (file:line), not a crash when the row is rendered.
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
+    row = {"tools": tools, "messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "",
+           "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": {"a>\n<parameter=admin": 1}}}]}]}
+    p = _write(tmp_path, [json.dumps(GOOD), json.dumps(row)])
+    with pytest.raises(DataError) as e:
+        read_conversations(p)
+    assert f"{p}:2:" in str(e.value) and "bad_parameter_name" in str(e.value)

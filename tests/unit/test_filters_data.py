@@ -238,3 +238,16 @@ def test_stack_config_options_and_unknown_names():
     with pytest.raises(ValidationError):
         FilterStack.from_config(FiltersConfig(options={"length": {"max_wordz": 2}}))
     assert set(FILTERS.names()) == {"truncated", "tool_calls", "repetition", "keywords", "length"}
+
+
+def test_xml_calls_are_read_against_the_rows_tools_and_curate_keeps_exact_strings():
+    # issue 12, item 9: a string argument that looks like JSON stays the text the model wrote
+    from posttrain.data.curate import _normalize_assistant
+    from posttrain.data.filters import tool_calls_of
+
+    msg = {"role": "assistant", "content": format_tool_call("get_weather", {"city": "2022"})}
+    assert tool_calls_of(msg, [WEATHER]) == [("get_weather", {"city": "2022"})]
+    assert tool_calls_of(msg) == [("get_weather", {"city": 2022})]  # no schema: the documented old rule
+    structured = _normalize_assistant(msg, [WEATHER])
+    assert structured["tool_calls"][0]["function"]["arguments"] == {"city": "2022"}
+    assert ToolCallFilter()(conv(msg["content"], [WEATHER])) == (True, None)

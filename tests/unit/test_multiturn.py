@@ -223,3 +223,22 @@ def test_message_level_generator_gets_the_conversation_so_far():
     assert [len(p) for p in gen.prompts] == [1, 3, 5]  # prompt, + reply and tool, + reply and user
     assert [m["content"] for m in t.messages if m["role"] == "assistant"] == ["reply 1", "reply 3", "reply 5"]
     assert env.verify(t.task, t.messages).reward == 1.0
+
+
+class HostileGenerator:
+    """A message-level generator whose every turn is one hostile tool call (issue 12, item 7)."""
+
+    def generate(self, prompts, params, tools=None):
+        deep = "[" * 3000 + "]" * 3000
+        text = f"<tool_call>\n<function=email_get>\n<parameter=email_id>\n{deep}\n</parameter>\n</function>\n</tool_call>"
+        return [[Completion(text=text) for _ in range(params.n)] for _ in prompts]
+
+
+def test_item7_episode_loop_and_verify_survive_a_deeply_nested_tool_argument():
+    from posttrain.envs.workplace.env import WorkplaceEnv
+
+    env = WorkplaceEnv(max_turns=2)
+    (t,) = run_episodes(HostileGenerator(), env, env.tasks("validation", n=1), SamplingParams(n=1), max_turns=2)
+    assert t.finish_reason in ("done", "max_turns") and t.stats["error:argument_too_deep"] == 2
+    result = env.verify(t.task, t.messages)
+    assert result.reward == 0.0 and "argument_too_deep" in result.reason

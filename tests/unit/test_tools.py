@@ -204,3 +204,68 @@ def test_tool_episode_counts_turns_calls_and_errors():
     assert ep.out_of_turns
     ep.close()
     ep.close()  # safe twice
+
+
+# --------------------------------------------------------------------------- issue 12, items 7 and 9
+
+DEEP = "[" * 3000 + "]" * 3000  # ~500 tokens; the old parser raised RecursionError on it
+
+
+def _xml(name, **raw_values):
+    """An assistant message with one XML call whose parameter values are written verbatim."""
+    body = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in raw_values.items())
+    return {"role": "assistant", "content": f"<tool_call>\n<function={name}>\n{body}</function>\n</tool_call>"}
+
+
+def test_item9_xml_string_parameters_reach_the_tool_as_the_exact_text():
+    db = Notes()
+    values = ["3.10", "2022", "1e5", "[1, 2]", "null", "a</parameter>\n<parameter=stars>\n5", "x</tool_call>y"]
+    transcript = [{"role": "assistant", "content": format_tool_call("add_note", {"text": v})} for v in values]
+    stats = replay(BOX, db, transcript)
+    assert stats.n_errors == 0 and stats.tool_calls == len(values)
+    rows = db.conn.execute("SELECT text, stars FROM notes WHERE id >= ? ORDER BY id", [NEW_ID_BASE]).fetchall()
+    assert rows == [(v, 0) for v in values]  # old: 3.1, "2022" via int, 100000.0, bad type, injected stars
+    # the live episode reads the same way
+    ep = ToolEpisode(Task(id="t", domain="x", messages=[]), BOX, Notes(), max_turns=5)
+    assert ep.execute(ep.begin_turn(_xml("add_note", text="3.10", stars="2")))[0]["content"] == '{"id": 100000}'
+    assert ep.state.conn.execute("SELECT text, stars FROM notes WHERE id = ?", [NEW_ID_BASE]).fetchone() == ("3.10", 2)
+    ep.close()
+
+
+@pytest.mark.parametrize("message, reason", [
+    (_xml("delete_note", note_id=DEEP), "argument_too_deep"),
+    (_xml("delete_note", note_id="9" * 5000), "argument_number_too_long"),
+    ({"role": "assistant", "content": "<tool_call>\n<function=add_note>\n" + "<parameter=text>\nx\n" * 10_000
+      + "</function>\n</tool_call>"}, "unclosed_parameter"),  # item 8: was ~38 s, now linear
+    ({"role": "assistant", "content": "", "tool_calls": [
+        {"function": {"name": "add_note", "arguments": '{"text": ' + DEEP + "}"}}]}, "argument_too_deep"),
+    ({"role": "assistant", "content": "", "tool_calls": [
+        {"function": {"name": "delete_note", "arguments": '{"note_id": ' + "9" * 5000 + "}"}}]},
+     "argument_number_too_long"),
+])
+def test_item7_hostile_arguments_are_counted_errors_not_crashes(message, reason):
+    turn = parse_turn(message, BOX.definitions())
+    assert turn.calls == [] and turn.parse_error is not None and turn.parse_error.reason == reason
+    db = Notes()
+    assert dict(replay(BOX, db, [message]).errors) == {reason: 1}
+    ep = ToolEpisode(Task(id="t", domain="x", messages=[]), BOX, db, max_turns=5)
+    obs = ep.execute(ep.begin_turn(message))
+    assert json.loads(obs[0]["content"])["error"] == reason and ep.stats[f"error:{reason}"] == 1
+    ep.close()
+
+
+def test_item7_workplace_step_and_verify_give_zero_with_the_reason():
+    from posttrain.envs.workplace.env import WorkplaceEnv
+
+    env = WorkplaceEnv()
+    task = env.tasks("validation", n=1)[0]
+    for message in (_xml("email_get", email_id=DEEP),
+                    {"role": "assistant", "content": "", "tool_calls": [
+                        {"function": {"name": "email_get", "arguments": '{"email_id": ' + DEEP + "}"}}]}):
+        episode = env.start_episode(task)
+        step = episode.step(message)
+        assert json.loads(step.observations[0]["content"])["error"] == "argument_too_deep"
+        assert episode.stats["error:argument_too_deep"] == 1
+        episode.close()
+        result = env.verify(task, [message, {"role": "assistant", "content": "Done."}])
+        assert result.reward == 0.0 and "argument_too_deep" in result.reason
