@@ -15,33 +15,43 @@ policy under RL may eventually try anything a program can do to a machine. Desig
   (``python -I -S -B``: no site-packages, no user paths, no env-var influence, common stdlib
   modules pre-imported, garbage frozen so children do not copy the heap) that ``fork``s a fresh
   child per run. The child is a copy of a pristine interpreter, so nothing leaks between runs.
-  The zygote enforces the wall-clock deadline (pidfd poll, then ``killpg``) and reports the exit
-  status over a ``SOCK_SEQPACKET`` socket; the host passes the child's files (job, stdin, stdout,
+  The zygote enforces the wall-clock deadline (pidfd poll, then it kills the run's init; it does
+  so at once if the host hangs up) and reports the exit status over a ``SOCK_SEQPACKET`` socket; the host passes the child's files (job, stdin, stdout,
   stderr, results) as descriptors over the same socket.
 * **Namespaces once per zygote, confinement per child.** At start the zygote (root) enters a new
   network namespace (loopback down: nothing, not even the host's 127.0.0.1, is reachable) and a
   new mount namespace, where it builds a private root on a size-limited tmpfs holding read-only
-  binds of only the interpreter's prefix, the system libraries and a few devices (neither the
-  repository, which has the reference solutions, nor ``/root`` is visible). Creating and tearing
-  down namespaces and mounts per run would cost more than everything else a run does, and runs
-  of one slot follow each other, so they share them. Each child then, before any untrusted code:
-  starts a new session (its process group is what the deadline kills), ``chroot``s into the
-  private root and enters its own fresh working directory (the only writable place; the zygote
-  removes it after the run), sets resource limits (CPU, address space, file size, open files,
-  processes), sets ``no_new_privs`` and switches to an unprivileged uid.
-* **One uid per slot** (``uid_base + slot``, no other process uses it). ``RLIMIT_NPROC`` counts
-  per uid, so a fork bomb is capped per slot without starving the others; the child cannot signal
-  the host (different uid); and the child's first act as that uid is ``kill(-1, SIGKILL)``, which
-  reaps any straggler a previous run of the slot left behind (a grandchild that escaped the
-  process group with ``setsid``). Runs that end by timeout are followed by such a sweep at once.
+  binds of only the system libraries, a few devices and the directories its own interpreter
+  reads (its prefixes and ``sys.path``, at their real paths, with the symlinks on the way
+  recreated), so it works wherever the interpreter lives, /tmp included. Neither the repository,
+  which has the reference solutions, nor the rest of ``/root``, ``/etc``, ``/proc`` or ``/tmp``
+  is visible. Creating and tearing down mounts per run would cost more than everything else a
+  run does, and runs of one slot follow each other, so they share them. Each child then, before
+  any untrusted code: starts a new session, ``chroot``s into the private root and enters its own
+  fresh working directory (the only writable place; the zygote removes it after the run), sets
+  resource limits (CPU, address space, file size, open files, processes), sets
+  ``no_new_privs`` and switches to the slot's unprivileged uid.
+* **A PID namespace per run.** The child is created in a fresh PID namespace (cheap, unlike
+  mounts) whose init it is: it forks the program, waits for it and reports its status. When init
+  exits (right after the program, at the deadline when the zygote kills it, or when the zygote
+  dies: ``PR_SET_PDEATHSIG``) the kernel kills every process left in the namespace, so nothing a
+  run started outlives it, ``setsid`` or not; and the program sees no process but its own run's.
+* **Uids of its own per Sandbox.** Each slot of each ``Sandbox`` claims a uid (from
+  ``UID_BASE`` up, skipping any a live process runs as) through a lock file in ``STATE_DIR``,
+  held as long as the Sandbox lives and dropped by the kernel when its process dies, however.
+  So independent processes never share a uid: ``RLIMIT_NPROC``, which counts per uid, caps a
+  fork bomb per slot without starving anyone else, and the child cannot signal the host or
+  another sandbox's runs. The slot's scratch directory sits next to its lock; the next Sandbox
+  to start removes those whose lock nobody holds (their owner was killed).
 * **Output goes to anonymous memory files** (memfd), not pipes: ``RLIMIT_FSIZE`` bounds them in the
   kernel, so a flood costs the host nothing and needs no reader thread; a file that reached the
   limit means ``output_limit``.
-* **Fallback.** Without root, or where namespaces are refused, the zygote detects it at start and
-  runs children with a new session, resource limits, an empty environment and a fresh temporary
-  working directory (removed after the run), but without network / file-system isolation and
-  without the uid switch. Every result lists the isolation it actually had (``isolation``) and
-  what was missing and why (``fallbacks``). See docs/sandbox.md.
+* **Fail closed.** The zygote reports what it could not set up; a slot without complete isolation
+  (not root, namespaces or mounts refused, ``isolate=False``) raises ``SandboxUnavailable``
+  unless the Sandbox was built with ``allow_unisolated=True``. Then children run with a new
+  session, resource limits, an empty environment and a fresh working directory, but without
+  whatever was missing; every result lists what the run had (``isolation``) and what it lacked
+  and why (``fallbacks``). See docs/sandbox.md.
 
 Threads: ``run_program`` / ``run_calls`` may be called from any number of threads; callers beyond
 ``workers`` wait for a free slot. ``submit_*`` use an internal pool of ``workers`` threads.
@@ -133,7 +143,8 @@ class Limits:
     memory_bytes: int = 512 << 20
     """Address space (RLIMIT_AS); allocations beyond it raise MemoryError."""
     processes: int = 16
-    """Processes and threads of the slot's uid (RLIMIT_NPROC; only enforced with the uid switch)."""
+    """Processes and threads of the slot's uid (RLIMIT_NPROC; only enforced with the uid switch;
+    the run's PID-namespace init comes on top)."""
     file_bytes: int = 1 << 20
     """Largest file the process may write (RLIMIT_FSIZE); also caps captured stdout and stderr."""
     open_files: int = 64
@@ -153,7 +164,7 @@ class ExecResult:
     stderr: str
     wall_s: float
     reason: str = ""
-    isolation: tuple[str, ...] = ()  # what the run had: netns, fs, rlimits, uid
+    isolation: tuple[str, ...] = ()  # what the run had: netns, fs, pidns, rlimits, uid
     fallbacks: tuple[str, ...] = ()  # isolation that was unavailable, and why
 
     @property
@@ -485,7 +496,9 @@ def _zygote_main() -> None:  # pragma: no cover - runs in the zygote process
                 os.close(own_pidns)
             own_pidns = None
     scratch = static["root"] + "/tmp" if isolated else static["scratch"]
-    alive_r, alive_w = os.pipe()  # children check that the zygote is alive (see the child)
+    # Children check that the zygote is alive (see the child): alive_w stays open, unused, for as
+    # long as the zygote lives.
+    alive_r, alive_w = os.pipe()
     for name in ("_signal", "resource", "traceback", "select", *static["preload"]):
         __import__(name)  # once here, so that children do not pay for it
     # The first compile initialises the parser: done here once, not in every child. Children
@@ -576,7 +589,10 @@ def _zygote_main() -> None:  # pragma: no cover - runs in the zygote process
         reported = os.read(status_r, 64)
         os.close(status_r)
         if reported:  # init reports the program's status; otherwise init's own tells (setup, kill)
-            code = int(reported)
+            try:
+                code = int(reported)
+            except ValueError:
+                code = static["exit_setup"]
         if own_pidns is None and static["uid"] is not None:
             sweep(static["uid"])
         shutil.rmtree(workdir, ignore_errors=True)
