@@ -630,7 +630,11 @@ def _state_dir() -> str:
         path = STATE_DIR
     else:
         path = os.path.join(tempfile.gettempdir(), f"posttrain-sandbox-{euid}")
-    os.makedirs(path, 0o711, exist_ok=True)
+    try:
+        os.makedirs(path, 0o711, exist_ok=True)
+    except OSError as e:
+        raise SandboxUnavailable(f"cannot create the sandbox's state directory {path}: "
+                                 f"{e.strerror}") from e
     info = os.lstat(path)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != euid:
         raise SandboxUnavailable(f"{path} is not a directory owned by uid {euid}: remove it (the "
@@ -903,10 +907,14 @@ class Sandbox:
         """The uid of each slot (None when not root: no uid switch)."""
         self.scratch_dirs = [f"{state}/slot-{number}" for number, _ in claims]
         """Each slot's scratch directory (the mount point of its private root)."""
-        for path in self.scratch_dirs:  # what is there was left by a dead earlier holder
-            shutil.rmtree(path, ignore_errors=True)
-            os.mkdir(path, 0o711)
-        _remove_stale_scratch(state)  # and those of dead holders of slots others hold now
+        try:
+            for path in self.scratch_dirs:  # what is there was left by a dead earlier holder
+                shutil.rmtree(path, ignore_errors=True)
+                os.mkdir(path, 0o711)
+            _remove_stale_scratch(state)  # and those of dead holders of slots others hold now
+        except BaseException:
+            _stop([], self.scratch_dirs, self._locks)
+            raise
         self._zygotes: list[_Zygote | None] = [None] * self.workers
         self._slots: queue.Queue[int] = queue.Queue()
         for slot in range(self.workers):

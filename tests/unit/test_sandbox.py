@@ -10,6 +10,7 @@ only a non-root run skips them, saying so.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -445,6 +446,19 @@ def test_kill_9_of_the_host_kills_its_runs_and_leaks_no_scratch(isolated):
 def test_the_whole_standard_library_is_importable(sb, isolated):
     result = sb.run_program(STDLIB_PROGRAM)
     assert result.status is Status.OK and result.stdout == STDLIB_OUTPUT, result
+    skip = {"antigravity", "this", "idlelib", "turtledemo", "tkinter", "turtle"}  # GUI, prints
+    names = sorted(n for n in sys.stdlib_module_names if n[0] != "_" and n not in skip)
+    absent_here = [n for n in names if importlib.util.find_spec(n) is None]  # msvcrt, winreg..
+    code = ("import importlib\n"
+            f"for name in {names!r}:\n"
+            "    try:\n"
+            "        importlib.import_module(name)\n"
+            "    except ImportError:\n"
+            "        print(name)\n")
+    limits = Limits(wall_s=20.0, cpu_s=20.0, memory_bytes=1 << 30, open_files=256)
+    every = sb.run_program(code, limits=limits)
+    assert every.status is Status.OK, every
+    assert every.stdout.split() == absent_here
 
 
 def test_isolation_holds_for_a_host_in_a_venv_under_tmp(isolated, tmp_path_factory):
