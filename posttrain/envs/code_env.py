@@ -17,6 +17,10 @@ Grading a rollout:
 
 ``verify`` is stateless and thread-safe: callers may verify from many threads at once; the shared
 sandbox runs at most one process per core and queues the rest.
+
+The environment fails closed: it starts a sandbox slot when it is built and raises
+``SandboxUnavailable`` (one line: what is missing, how to proceed) if the sandbox cannot isolate
+the code. ``allow_unisolated=True`` runs anyway, and every verify result's reason then says so.
 """
 
 from __future__ import annotations
@@ -180,18 +184,25 @@ class CodeEnv(Environment):
         tests_per_task: int = code_tasks.DEFAULT_TESTS,
         call_timeout_s: float = CALL_TIMEOUT_S,
         limits: Limits = TASK_LIMITS,
+        allow_unisolated: bool = False,
     ) -> None:
-        """``sandbox``: defaults to the process-wide shared one (one slot per core)."""
+        """``sandbox``: defaults to the process-wide shared one (one slot per core), built with
+        ``allow_unisolated``; a sandbox passed in follows its own ``allow_unisolated``.
+        ``allow_unisolated``: grade even where the sandbox cannot isolate model code (not root,
+        namespaces refused); without it such an environment refuses to start."""
         if not 1 <= tests_per_task <= code_tasks.MAX_TESTS:
             raise ValueError(f"tests_per_task must be in [1, {code_tasks.MAX_TESTS}]")
         self._sandbox = sandbox
+        self.allow_unisolated = allow_unisolated
         self.tests_per_task = tests_per_task
         self.call_timeout_s = call_timeout_s
         self.limits = limits
+        missing = self.sandbox.check()  # fail closed now, not at the first verify
+        self._unisolated_note = f" [unisolated sandbox: {'; '.join(missing)}]" if missing else ""
 
     @property
     def sandbox(self) -> Sandbox:
-        return self._sandbox or default_sandbox()
+        return self._sandbox or default_sandbox(self.allow_unisolated)
 
     def tasks(self, split: Split = "train", n: int | None = None, seed: int = 0) -> list[Task]:
         if split not in ("train", "validation"):
@@ -201,6 +212,12 @@ class CodeEnv(Environment):
                 for tid in code_tasks.task_ids(split, n, seed)]
 
     def verify(self, task: Task, messages: list[Message]) -> VerifyResult:
+        result = self._verify(task, messages)
+        if self._unisolated_note:  # every result of an unisolated environment says so
+            result.reason += self._unisolated_note
+        return result
+
+    def _verify(self, task: Task, messages: list[Message]) -> VerifyResult:
         truth = task.ground_truth
         components = {"tests_passed": 0.0, "tests_total": float(len(truth["expected"]))}
         code, why = extract_code(final_answer_text(messages))

@@ -15,33 +15,43 @@ policy under RL may eventually try anything a program can do to a machine. Desig
   (``python -I -S -B``: no site-packages, no user paths, no env-var influence, common stdlib
   modules pre-imported, garbage frozen so children do not copy the heap) that ``fork``s a fresh
   child per run. The child is a copy of a pristine interpreter, so nothing leaks between runs.
-  The zygote enforces the wall-clock deadline (pidfd poll, then ``killpg``) and reports the exit
-  status over a ``SOCK_SEQPACKET`` socket; the host passes the child's files (job, stdin, stdout,
+  The zygote enforces the wall-clock deadline (pidfd poll, then it kills the run's init; it does
+  so at once if the host hangs up) and reports the exit status over a ``SOCK_SEQPACKET`` socket; the host passes the child's files (job, stdin, stdout,
   stderr, results) as descriptors over the same socket.
 * **Namespaces once per zygote, confinement per child.** At start the zygote (root) enters a new
   network namespace (loopback down: nothing, not even the host's 127.0.0.1, is reachable) and a
   new mount namespace, where it builds a private root on a size-limited tmpfs holding read-only
-  binds of only the interpreter's prefix, the system libraries and a few devices (neither the
-  repository, which has the reference solutions, nor ``/root`` is visible). Creating and tearing
-  down namespaces and mounts per run would cost more than everything else a run does, and runs
-  of one slot follow each other, so they share them. Each child then, before any untrusted code:
-  starts a new session (its process group is what the deadline kills), ``chroot``s into the
-  private root and enters its own fresh working directory (the only writable place; the zygote
-  removes it after the run), sets resource limits (CPU, address space, file size, open files,
-  processes), sets ``no_new_privs`` and switches to an unprivileged uid.
-* **One uid per slot** (``uid_base + slot``, no other process uses it). ``RLIMIT_NPROC`` counts
-  per uid, so a fork bomb is capped per slot without starving the others; the child cannot signal
-  the host (different uid); and the child's first act as that uid is ``kill(-1, SIGKILL)``, which
-  reaps any straggler a previous run of the slot left behind (a grandchild that escaped the
-  process group with ``setsid``). Runs that end by timeout are followed by such a sweep at once.
+  binds of only the system libraries, a few devices and the directories its own interpreter
+  reads (its prefixes and ``sys.path``, at their real paths, with the symlinks on the way
+  recreated), so it works wherever the interpreter lives, /tmp included. Neither the repository,
+  which has the reference solutions, nor the rest of ``/root``, ``/etc``, ``/proc`` or ``/tmp``
+  is visible. Creating and tearing down mounts per run would cost more than everything else a
+  run does, and runs of one slot follow each other, so they share them. Each child then, before
+  any untrusted code: starts a new session, ``chroot``s into the private root and enters its own
+  fresh working directory (the only writable place; the zygote removes it after the run), sets
+  resource limits (CPU, address space, file size, open files, processes), sets
+  ``no_new_privs`` and switches to the slot's unprivileged uid.
+* **A PID namespace per run.** The child is created in a fresh PID namespace (cheap, unlike
+  mounts) whose init it is: it forks the program, waits for it and reports its status. When init
+  exits (right after the program, at the deadline when the zygote kills it, or when the zygote
+  dies: ``PR_SET_PDEATHSIG``) the kernel kills every process left in the namespace, so nothing a
+  run started outlives it, ``setsid`` or not; and the program sees no process but its own run's.
+* **Uids of its own per Sandbox.** Each slot of each ``Sandbox`` claims a uid (from
+  ``UID_BASE`` up, skipping any a live process runs as) through a lock file in ``STATE_DIR``,
+  held as long as the Sandbox lives and dropped by the kernel when its process dies, however.
+  So independent processes never share a uid: ``RLIMIT_NPROC``, which counts per uid, caps a
+  fork bomb per slot without starving anyone else, and the child cannot signal the host or
+  another sandbox's runs. The slot's scratch directory sits next to its lock; the next Sandbox
+  to start removes those whose lock nobody holds (their owner was killed).
 * **Output goes to anonymous memory files** (memfd), not pipes: ``RLIMIT_FSIZE`` bounds them in the
   kernel, so a flood costs the host nothing and needs no reader thread; a file that reached the
   limit means ``output_limit``.
-* **Fallback.** Without root, or where namespaces are refused, the zygote detects it at start and
-  runs children with a new session, resource limits, an empty environment and a fresh temporary
-  working directory (removed after the run), but without network / file-system isolation and
-  without the uid switch. Every result lists the isolation it actually had (``isolation``) and
-  what was missing and why (``fallbacks``). See docs/sandbox.md.
+* **Fail closed.** The zygote reports what it could not set up; a slot without complete isolation
+  (not root, namespaces or mounts refused, ``isolate=False``) raises ``SandboxUnavailable``
+  unless the Sandbox was built with ``allow_unisolated=True``. Then children run with a new
+  session, resource limits, an empty environment and a fresh working directory, but without
+  whatever was missing; every result lists what the run had (``isolation``) and what it lacked
+  and why (``fallbacks``). See docs/sandbox.md.
 
 Threads: ``run_program`` / ``run_calls`` may be called from any number of threads; callers beyond
 ``workers`` wait for a free slot. ``submit_*`` use an internal pool of ``workers`` threads.
@@ -52,7 +62,9 @@ from __future__ import annotations
 
 import ast
 import atexit
+import fcntl
 import inspect
+import logging
 import marshal
 import os
 import queue
@@ -60,6 +72,7 @@ import resource
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -71,6 +84,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Sequence
+
+from posttrain.errors import UserError
+
+log = logging.getLogger(__name__)
 
 # Exit codes the child uses for outcomes the host must tell apart from a program's own codes.
 EXIT_MEMORY = 109
@@ -88,8 +105,21 @@ DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random")
 PRELOAD = ("math", "re", "collections", "itertools", "functools", "heapq", "bisect", "string",
            "typing", "operator", "copy")
 
+# Slot uids are claimed from UID_BASE up, one per slot of every live Sandbox on the machine, through
+# lock files in STATE_DIR (which also holds the slots' scratch directories). Earlier versions ran
+# every sandbox as 2_000_000 + slot and killed all of that uid at each run start: a new range
+# keeps such a process, running alongside, from killing these runs.
+UID_BASE = 2_100_000
+SLOT_SPAN = 65_536
+STATE_DIR = "/run/posttrain-sandbox"
+
 MAX_VALUE_REPR = 200_000  # longest repr of one call's output the harness reports
 ZYGOTE_GRACE_S = 5.0  # how long past the deadline the host waits for the zygote's answer
+
+
+class SandboxUnavailable(UserError, RuntimeError):
+    """Isolation (or the sandbox's state directory) cannot be set up and unisolated runs were not
+    allowed."""
 
 
 class Status(str, Enum):
@@ -113,7 +143,8 @@ class Limits:
     memory_bytes: int = 512 << 20
     """Address space (RLIMIT_AS); allocations beyond it raise MemoryError."""
     processes: int = 16
-    """Processes and threads of the slot's uid (RLIMIT_NPROC; only enforced with the uid switch)."""
+    """Processes and threads of the slot's uid (RLIMIT_NPROC; only enforced with the uid switch;
+    the run's PID-namespace init comes on top)."""
     file_bytes: int = 1 << 20
     """Largest file the process may write (RLIMIT_FSIZE); also caps captured stdout and stderr."""
     open_files: int = 64
@@ -133,7 +164,7 @@ class ExecResult:
     stderr: str
     wall_s: float
     reason: str = ""
-    isolation: tuple[str, ...] = ()  # what the run had: netns, fs, rlimits, uid
+    isolation: tuple[str, ...] = ()  # what the run had: netns, fs, pidns, rlimits, uid
     fallbacks: tuple[str, ...] = ()  # isolation that was unavailable, and why
 
     @property
@@ -164,19 +195,25 @@ class CallsResult:
 
 
 def _sandboxed_child(libc: Any, static: dict, req: dict, fds: list) -> None:  # pragma: no cover
-    """Runs in the forked child: confine, limit, drop privileges, run the job, ``_exit``."""
+    """Runs in the forked child: confine, limit, drop privileges, run the job, ``_exit``.
+
+    With a PID namespace this process is the namespace's init (pid 1): it forks the program, waits
+    for it and reports its status on descriptor 5. Its own exit (right after the program's, or at
+    the deadline) makes the kernel kill every process left in the namespace, so nothing a run
+    started outlives it, whatever it did with sessions and process groups.
+    """
     import marshal
     import os
     import sys
 
     features: list = []
     try:
-        zygote = os.getppid()
-        os.setsid()  # the deadline kills this process group
+        os.setsid()  # without a PID namespace, the deadline kills this process group
         high = [os.dup2(fd, 100 + i) for i, fd in enumerate(fds)]  # no clash while moving down
-        for target, fd in enumerate(high):  # 0 stdin, 1 stdout, 2 stderr, 3 results, 4 job
+        # 0 stdin, 1 stdout, 2 stderr, 3 results, 4 job, 5 status to the zygote, 6 zygote alive
+        for target, fd in enumerate(high):
             os.dup2(fd, target)
-        os.closerange(5, 1 << 16)  # the zygote's socket and anything else inherited
+        os.closerange(7, 1 << 16)  # the zygote's socket, namespace handle and anything else
         job = b""
         while chunk := os.read(4, 1 << 20):
             job += chunk
@@ -203,12 +240,30 @@ def _sandboxed_child(libc: Any, static: dict, req: dict, fds: list) -> None:  # 
             features.append("uid")
             if libc is not None:
                 libc.prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG: die with the zygote (reset by setuid)
-            if os.getppid() != zygote:
-                os._exit(static["exit_setup"])
-            try:  # no other process has this uid: anything it can signal is a straggler
-                os.kill(-1, 9)
-            except OSError:
-                pass
+        import select
+
+        # The zygote holds the only other write end of descriptor 6: readable (end of file) means
+        # it died before PR_SET_PDEATHSIG was set, and nobody would enforce the deadline.
+        if select.select([6], [], [], 0)[0]:
+            os._exit(static["exit_setup"])
+        if req["pidns"]:
+            import _signal
+
+            features.append("pidns")
+            # As init, this process ignores every signal from inside the namespace that it has no
+            # handler for: with SIGINT back to the default, the program cannot stop it.
+            _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
+            program = os.fork()
+            if program:
+                while True:  # reap orphans too; stop at the program's own exit
+                    pid, status = os.waitpid(-1, 0)
+                    if pid == program:
+                        break
+                os.write(5, str(os.waitstatus_to_exitcode(status)).encode())
+                os._exit(0)
+            _signal.signal(_signal.SIGINT, _signal.default_int_handler)
+        os.close(5)
+        os.close(6)
     except BaseException as e:  # the sandbox failed, not the candidate
         os.write(2, f"sandbox setup failed: {e!r}\n".encode())
         os._exit(static["exit_setup"])
@@ -225,8 +280,6 @@ def _sandboxed_child(libc: Any, static: dict, req: dict, fds: list) -> None:  # 
         os._exit(code)
 
     line("I " + ",".join(features))
-    if job["mode"] == "sweep":
-        os._exit(0)
     if job["mode"] == "program":
         sys.argv = ["main.py"]
         try:
@@ -295,6 +348,61 @@ def _sandboxed_child(libc: Any, static: dict, req: dict, fds: list) -> None:  # 
     finish(0)
 
 
+def _root_plan(needed: list, system_paths: tuple, devices: tuple) -> list:
+    """What the private root holds: (``dir`` | ``link`` | ``dev``, host path, link target).
+
+    ``needed`` are the paths the interpreter reads (its prefixes and ``sys.path``), wherever they
+    are: each is bound at its real path, and every symlink on the way to it is recreated (pointing
+    at the real path), so that the path the interpreter knows resolves inside the root as on the
+    host. Directories come first, outermost only; links inside a bound directory are already there.
+    """
+    import os
+
+    dirs, links, needed_real = [], {}, []
+    for path in system_paths:
+        if os.path.islink(path):
+            links[path] = os.readlink(path)
+        elif os.path.isdir(path):
+            dirs.append(path)
+    for path in needed:
+        if not os.path.exists(path):
+            continue
+        if not os.path.isdir(path):  # python311.zip and the like: its directory
+            path = os.path.dirname(os.path.abspath(path))
+        real = ""
+        for part in os.path.abspath(path).strip("/").split("/"):
+            step = f"{real}/{part}"
+            if os.path.islink(step):
+                real = os.path.realpath(step)
+                links[step] = real
+            else:
+                real = step
+        if real in ("", "/"):
+            raise OSError(f"the interpreter reads {path}, which resolves to /: binding it would "
+                          "expose the whole file system")
+        dirs.append(real)
+        needed_real.append(real)
+    dirs = sorted(set(dirs))
+    outer = [d for d in dirs if not any(d.startswith(o + "/") for o in dirs)]
+    # Binds keep their modes: the unprivileged uid must be able to walk from the top of a bind
+    # down to each directory it reads (directories above a bind are created world-readable).
+    for real in needed_real:
+        top = next(o for o in outer if real == o or real.startswith(o + "/"))
+        step = top
+        for part in [""] + real[len(top):].strip("/").split("/"):
+            step = f"{step}/{part}" if part else step
+            mode = os.stat(step).st_mode
+            if mode & 0o005 != 0o005:
+                raise OSError(f"{step} (the interpreter's files) is not readable by other users "
+                              f"(mode {oct(mode & 0o777)}), so not by the sandbox's uid: chmod "
+                              "o+rx it or use an interpreter installed elsewhere")
+    plan = [("dir", d, "") for d in outer]
+    plan += [("link", p, t) for p, t in sorted(links.items())
+             if not any(p.startswith(o + "/") for o in outer)]
+    plan += [("dev", d, "") for d in devices if os.path.exists(d)]
+    return plan
+
+
 def _isolate_zygote(libc: Any, static: dict) -> None:  # pragma: no cover - runs in the zygote
     """Enter new network and mount namespaces and build the private root the children chroot to.
 
@@ -304,19 +412,24 @@ def _isolate_zygote(libc: Any, static: dict) -> None:  # pragma: no cover - runs
     """
     import ctypes
     import os
+    import sys
 
     def check(rc: int, what: str) -> None:
         if rc != 0:
             err = ctypes.get_errno()
             raise OSError(err, f"{what}: {os.strerror(err)}")
 
+    # This interpreter's own prefixes and module path, not the host's: the host may run another
+    # interpreter (a venv) and see other paths.
+    needed = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *sys.path]
+    plan = _root_plan(needed, static["system_paths"], static["devices"])
     rdonly, nosuid, nodev, remount, bind, rec, private = 1, 2, 4, 32, 4096, 16384, 1 << 18
     check(libc.unshare(0x40000000 | 0x00020000), "unshare(CLONE_NEWNET|CLONE_NEWNS)")
     root = static["root"]
     check(libc.mount(b"none", b"/", None, rec | private, None), "make / private")
     opts = f"size={static['scratch_bytes']},nr_inodes=8192,mode=755".encode()
     check(libc.mount(b"tmpfs", root.encode(), b"tmpfs", nosuid | nodev, opts), "tmpfs root")
-    for kind, path, target in static["plan"]:
+    for kind, path, target in plan:
         dst = root + path
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         if kind == "link":
@@ -330,7 +443,11 @@ def _isolate_zygote(libc: Any, static: dict) -> None:  # pragma: no cover - runs
         if kind == "dir":
             flags = bind | remount | rdonly | nosuid | nodev
             check(libc.mount(None, dst.encode(), None, flags, None), f"read-only {path}")
-    os.makedirs(root + "/tmp", mode=0o755)  # not writable: each run writes in its own subdirectory
+    # Not writable itself (each run writes in its own subdirectory); it may already exist when
+    # the interpreter lives under /tmp.
+    os.makedirs(root + "/tmp", mode=0o755, exist_ok=True)
+    if os.path.ismount(root + "/tmp"):
+        raise OSError(f"/tmp itself is bound read-only into the private root ({plan})")
 
 
 def _zygote_main() -> None:  # pragma: no cover - runs in the zygote process
@@ -344,25 +461,45 @@ def _zygote_main() -> None:  # pragma: no cover - runs in the zygote process
     import sys
     import time
 
+    os.umask(0o022)  # directories of the private root must be traversable by the slot's uid
     sock = socket.socket(fileno=int(sys.argv[1]))
     static = marshal.loads(bytes.fromhex(sys.argv[2]))
-    libc, fallback = None, ""
+    libc, fallbacks = None, []
     try:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
         libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
     except Exception as e:  # no libc to call: no namespaces either
-        fallback = f"netns/fs: no libc via ctypes ({e!r})"
+        fallbacks.append(f"netns/fs/pidns: no libc via ctypes ({e!r})")
     isolated = False
     if static["isolate"] and libc is not None:
         try:
             _isolate_zygote(libc, static)
             isolated = True
         except OSError as e:
-            fallback = f"netns/fs: {e.strerror} (namespaces and mounts need root / CAP_SYS_ADMIN)"
+            fallbacks.append(f"netns/fs: {e.strerror or e}")
+    # A new PID namespace per run: unshare(CLONE_NEWPID) puts the next child in a fresh one, and
+    # setns back to our own right after the fork makes the following unshare possible again.
+    clone_newpid, own_pidns = 0x20000000, None
+    if libc is not None:
+        try:
+            own_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY)
+            for call, what in ((lambda: libc.unshare(clone_newpid), "unshare(CLONE_NEWPID)"),
+                               (lambda: libc.setns(own_pidns, clone_newpid), "setns(pid)")):
+                if call() != 0:
+                    err = ctypes.get_errno()
+                    raise OSError(err, f"{what}: {os.strerror(err)}")
+        except OSError as e:
+            fallbacks.append(f"pidns: {e.strerror or e}")
+            if own_pidns is not None:
+                os.close(own_pidns)
+            own_pidns = None
     scratch = static["root"] + "/tmp" if isolated else static["scratch"]
-    for name in ("_signal", "resource", "traceback", *static["preload"]):
+    # Children check that the zygote is alive (see the child): alive_w stays open, unused, for as
+    # long as the zygote lives.
+    alive_r, alive_w = os.pipe()
+    for name in ("_signal", "resource", "traceback", "select", *static["preload"]):
         __import__(name)  # once here, so that children do not pay for it
     # The first compile initialises the parser: done here once, not in every child. Children
     # would otherwise also run a garbage collection, which writes to every object's header and
@@ -370,25 +507,43 @@ def _zygote_main() -> None:  # pragma: no cover - runs in the zygote process
     exec(compile("def warm(a):\n    return repr([a])\nwarm(1)\n", "warmup", "exec"), {})
     gc.collect()
     gc.freeze()
-    sock.send(marshal.dumps({"isolated": isolated, "fallback": fallback}))
+    sock.send(marshal.dumps({"isolated": isolated, "pidns": own_pidns is not None,
+                             "fallbacks": fallbacks}))
 
-    def wait_for(pid: int, seconds: float) -> bool:
-        """Block until the child exits (leaving it unreaped); True if the deadline passed."""
+    def wait_for(pid: int, seconds: float) -> str:
+        """Block until the child exits (leaving it unreaped): ``exit``, ``deadline``, or
+        ``hangup`` (the host closed the socket: it is gone, so the run is pointless)."""
         try:
             pidfd = os.pidfd_open(pid)
         except (AttributeError, OSError):
             deadline = time.monotonic() + seconds
             while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
                 if time.monotonic() > deadline:
-                    return True
+                    return "deadline"
                 time.sleep(0.001)
-            return False
+            return "exit"
         try:
             poller = select.poll()
             poller.register(pidfd, select.POLLIN)
-            return not poller.poll(seconds * 1000)
+            poller.register(sock, 0)  # reports only hang-up and errors
+            events = dict(poller.poll(seconds * 1000))
+            if pidfd in events:
+                return "exit"
+            return "hangup" if events else "deadline"
         finally:
             os.close(pidfd)
+
+    def sweep(uid: int) -> None:
+        """Without a PID namespace: kill whatever the run left behind (a grandchild that left the
+        process group with setsid). The slot's uid is this slot's alone, so all of it is ours."""
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.setresuid(uid, uid, uid)
+                os.kill(-1, 9)
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
 
     runs = 0
     while True:
@@ -400,23 +555,30 @@ def _zygote_main() -> None:  # pragma: no cover - runs in the zygote process
             break  # the host closed the socket
         req = marshal.loads(msg)
         runs += 1
-        name = f"slot{static['slot']}-run{runs}"
+        name = f"run{runs}"
         workdir = f"{scratch}/{name}"  # fresh per run, owned by the slot's uid
         os.mkdir(workdir, 0o700)
         if static["uid"] is not None:
             os.chown(workdir, static["uid"], static["uid"])
         req["isolated"] = isolated
+        req["pidns"] = own_pidns is not None
         req["workdir"] = f"/tmp/{name}" if isolated else workdir
+        status_r, status_w = os.pipe()
         start = time.monotonic()
+        if own_pidns is not None and libc.unshare(clone_newpid) != 0:
+            raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWPID) failed")
         pid = os.fork()
         if pid == 0:
             try:
-                _sandboxed_child(libc, static, req, fds)
+                _sandboxed_child(libc, static, req, [*fds, status_w, alive_r])
             finally:
                 os._exit(static["exit_setup"])
-        for fd in fds:
+        if own_pidns is not None and libc.setns(own_pidns, clone_newpid) != 0:
+            raise OSError(ctypes.get_errno(), "setns(pid) failed")
+        for fd in (*fds, status_w):
             os.close(fd)
-        timed_out = wait_for(pid, req["wall_s"])
+        ended = wait_for(pid, req["wall_s"])
+        # With a PID namespace, killing its init kills the whole run; without, the group.
         for kill in (os.killpg, os.kill):  # the group first, while the leader is still unreaped
             try:
                 kill(pid, 9)
@@ -424,12 +586,24 @@ def _zygote_main() -> None:  # pragma: no cover - runs in the zygote process
                 pass
         code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
         wall = time.monotonic() - start
+        reported = os.read(status_r, 64)
+        os.close(status_r)
+        if reported:  # init reports the program's status; otherwise init's own tells (setup, kill)
+            try:
+                code = int(reported)
+            except ValueError:
+                code = static["exit_setup"]
+        if own_pidns is None and static["uid"] is not None:
+            sweep(static["uid"])
         shutil.rmtree(workdir, ignore_errors=True)
-        sock.send(f"{req['id']} {code} {int(timed_out)} {wall:.6f}".encode())
+        if ended == "hangup":
+            break
+        sock.send(f"{req['id']} {code} {int(ended == 'deadline')} {wall:.6f}".encode())
 
 
 _ZYGOTE_SOURCE = "from __future__ import annotations\n" + "\n".join(
-    textwrap.dedent(inspect.getsource(f)) for f in (_sandboxed_child, _isolate_zygote, _zygote_main)
+    textwrap.dedent(inspect.getsource(f))
+    for f in (_sandboxed_child, _root_plan, _isolate_zygote, _zygote_main)
 ) + "\n_zygote_main()\n"
 
 
@@ -438,27 +612,99 @@ _ZYGOTE_SOURCE = "from __future__ import annotations\n" + "\n".join(
 # --------------------------------------------------------------------------------------------
 
 
-def _python_roots() -> list[str]:
-    """Directories the sandboxed interpreter reads after chroot (its prefixes), outermost only."""
-    roots = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
-                                           sys.base_exec_prefix)}
-    return sorted(r for r in roots if not any(r != o and r.startswith(o + os.sep) for o in roots))
+def root_plan(python: str = sys.executable) -> list[tuple[str, str, str]]:
+    """What the private root of a zygote running ``python`` contains (see ``_root_plan``): asks
+    that interpreter, started as the zygote is, for its prefixes and module path."""
+    probe = ("import sys\nprint(repr([sys.prefix, sys.base_prefix, sys.exec_prefix, "
+             "sys.base_exec_prefix, *sys.path]))")
+    out = subprocess.run([python, "-I", "-S", "-B", "-c", probe], capture_output=True, text=True,
+                         env=CHILD_ENV, cwd="/", check=True).stdout
+    return [tuple(e) for e in _root_plan(ast.literal_eval(out), SYSTEM_PATHS, DEVICES)]
 
 
-def root_plan() -> list[tuple[str, str, str]]:
-    """What the private root contains: (``dir`` | ``link`` | ``dev``, host path, link target)."""
-    plan: list[tuple[str, str, str]] = []
-    for path in SYSTEM_PATHS:
-        if os.path.islink(path):
-            plan.append(("link", path, os.readlink(path)))
-        elif os.path.isdir(path):
-            plan.append(("dir", path, ""))
-    covered = [p for kind, p, _ in plan if kind == "dir"]
-    for path in _python_roots():
-        if not any(path == c or path.startswith(c + os.sep) for c in covered):
-            plan.append(("dir", path, ""))
-    plan += [("dev", d, "") for d in DEVICES if os.path.exists(d)]
-    return plan
+def _state_dir() -> str:
+    """Where slot locks and scratch directories live: one place per machine for root, so that
+    every process's sandboxes see each other's claims."""
+    euid = os.geteuid()
+    if euid == 0 and os.path.isdir("/run"):
+        path = STATE_DIR
+    else:
+        path = os.path.join(tempfile.gettempdir(), f"posttrain-sandbox-{euid}")
+    try:
+        os.makedirs(path, 0o711, exist_ok=True)
+    except OSError as e:
+        raise SandboxUnavailable(f"cannot create the sandbox's state directory {path}: "
+                                 f"{e.strerror}") from e
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != euid:
+        raise SandboxUnavailable(f"{path} is not a directory owned by uid {euid}: remove it (the "
+                                 "sandbox keeps its slot locks and scratch directories there)")
+    os.chmod(path, 0o711)  # slot uids may enter their run directory, not list others
+    return path
+
+
+def _uids_in_use() -> set[int]:
+    """Real uids of the live processes: a uid something else runs as is never a slot's."""
+    uids = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/status") as f:
+                    for text in f:
+                        if text.startswith("Uid:"):
+                            uids.add(int(text.split()[1]))
+                            break
+            except (OSError, ValueError, IndexError):
+                continue
+    return uids
+
+
+def _try_lock(path: str) -> int | None:
+    """An open descriptor holding an exclusive lock on ``path``, or None if another holds it. The
+    kernel drops the lock when its holder dies, however it dies."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _claim_slots(state: str, n: int, first: int, check_uids: bool) -> list[tuple[int, int]]:
+    """``n`` slot numbers no other live sandbox holds, lowest first, each with its lock's fd.
+
+    As root a slot number is the uid its runs switch to: each Sandbox, in any process, gets uids
+    of its own, so no run can signal, starve (``RLIMIT_NPROC``) or sweep another sandbox's runs.
+    """
+    busy = _uids_in_use() if check_uids else set()
+    claims: list[tuple[int, int]] = []
+    for number in range(first, first + SLOT_SPAN):
+        if len(claims) == n:
+            return claims
+        if number in busy:
+            continue
+        fd = _try_lock(f"{state}/slot-{number}.lock")
+        if fd is not None:
+            claims.append((number, fd))
+    for _, fd in claims:
+        os.close(fd)
+    raise SandboxUnavailable(f"no free sandbox slot among {first}..{first + SLOT_SPAN - 1} "
+                             f"(locks in {state}): close other sandboxes or pass another uid_base")
+
+
+def _remove_stale_scratch(state: str) -> None:
+    """Remove scratch directories whose sandbox died without cleaning up (kill -9): a directory
+    whose slot lock nobody holds has no owner."""
+    for entry in os.listdir(state):
+        if not entry.startswith("slot-") or entry.endswith(".lock"):
+            continue
+        fd = _try_lock(f"{state}/{entry}.lock")
+        if fd is not None:
+            try:
+                shutil.rmtree(f"{state}/{entry}", ignore_errors=True)
+            finally:
+                os.close(fd)
 
 
 def _anon_file(name: str) -> int:
@@ -576,7 +822,8 @@ class _Zygote:
             raise RuntimeError(f"sandbox zygote failed to start: {log}")
         info = marshal.loads(hello)
         self.isolated: bool = info["isolated"]
-        self.fallback: str = info["fallback"]
+        self.pidns: bool = info["pidns"]
+        self.fallbacks: tuple[str, ...] = tuple(info["fallbacks"])
 
     def log(self) -> str:
         text, _ = _read_capped(self.log_fd, 4000)
@@ -613,12 +860,15 @@ class _Zygote:
         os.close(self.log_fd)
 
 
-def _stop(zygotes: list[_Zygote | None], scratch: str) -> None:
+def _stop(zygotes: list[_Zygote | None], dirs: list[str], locks: list[int]) -> None:
     for slot, zygote in enumerate(zygotes):
         if zygote is not None:
             zygote.close()
             zygotes[slot] = None
-    shutil.rmtree(scratch, ignore_errors=True)
+    for path in dirs:  # before the locks go: a directory is always owned while it exists
+        shutil.rmtree(path, ignore_errors=True)
+    while locks:
+        os.close(locks.pop())
 
 
 class Sandbox:
@@ -628,13 +878,18 @@ class Sandbox:
         self,
         limits: Limits = Limits(),
         workers: int | None = None,
-        uid_base: int = 2_000_000,
+        uid_base: int = UID_BASE,
         isolate: bool = True,
         scratch_bytes: int = 64 << 20,
         python: str = sys.executable,
+        allow_unisolated: bool = False,
     ) -> None:
-        """``uid_base``: slot i runs as uid ``uid_base + i`` (when root); pick a range no account
-        or process uses. ``isolate=False`` skips namespaces even where they are available.
+        """``uid_base``: slots run as uids from ``uid_base`` up (when root), each claimed by this
+        Sandbox alone through a lock file; pick a range no account uses. ``isolate=False`` skips
+        the network and file-system namespaces even where they are available.
+        ``allow_unisolated``: run even when isolation is incomplete (not root, namespaces refused,
+        ``isolate=False``); every result lists what was missing in ``fallbacks``. Without it a
+        slot that cannot be isolated raises ``SandboxUnavailable`` (fail closed).
         ``scratch_bytes``: size of each slot's private root file system, which holds the working
         directories (tmpfs; a full one makes writes fail with ENOSPC)."""
         self.limits = limits
@@ -643,11 +898,23 @@ class Sandbox:
         is_root = hasattr(os, "geteuid") and os.geteuid() == 0
         self.uid_base = uid_base if is_root else None
         self.isolate = isolate and sys.platform.startswith("linux")
+        self.allow_unisolated = allow_unisolated
         self.scratch_bytes = scratch_bytes
-        self._scratch = tempfile.mkdtemp(prefix="posttrain-sandbox-")
-        os.chmod(self._scratch, 0o711)  # slot uids may enter their run directory, not list others
-        os.mkdir(os.path.join(self._scratch, "root"))
-        self._plan = root_plan()
+        state = _state_dir()
+        claims = _claim_slots(state, self.workers, uid_base if is_root else 0, is_root)
+        self._locks = [fd for _, fd in claims]
+        self.uids: list[int] | None = [number for number, _ in claims] if is_root else None
+        """The uid of each slot (None when not root: no uid switch)."""
+        self.scratch_dirs = [f"{state}/slot-{number}" for number, _ in claims]
+        """Each slot's scratch directory (the mount point of its private root)."""
+        try:
+            for path in self.scratch_dirs:  # what is there was left by a dead earlier holder
+                shutil.rmtree(path, ignore_errors=True)
+                os.mkdir(path, 0o711)
+            _remove_stale_scratch(state)  # and those of dead holders of slots others hold now
+        except BaseException:
+            _stop([], self.scratch_dirs, self._locks)
+            raise
         self._zygotes: list[_Zygote | None] = [None] * self.workers
         self._slots: queue.Queue[int] = queue.Queue()
         for slot in range(self.workers):
@@ -655,11 +922,23 @@ class Sandbox:
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self._closed = False
-        # Without close(): stop the zygotes and remove the scratch directory at garbage
-        # collection or interpreter exit (holds no reference to self).
-        self._finalizer = weakref.finalize(self, _stop, self._zygotes, self._scratch)
+        self._warned = False
+        # Without close(): stop the zygotes, remove the scratch directories and release the slots
+        # at garbage collection or interpreter exit (holds no reference to self). After kill -9,
+        # the next Sandbox to start removes the directories (their locks died with the process).
+        self._finalizer = weakref.finalize(self, _stop, self._zygotes, self.scratch_dirs,
+                                           self._locks)
 
     # -- public API -------------------------------------------------------------------------
+
+    def check(self) -> tuple[str, ...]:
+        """Start a slot now and return what isolation its runs lack (empty: complete). Raises
+        ``SandboxUnavailable`` when something lacks and ``allow_unisolated`` is False."""
+        slot = self._slots.get()
+        try:
+            return self._fallbacks(self._zygote(slot))
+        finally:
+            self._slots.put(slot)
 
     def run_program(self, code: str, stdin: str | bytes = b"", limits: Limits | None = None
                     ) -> ExecResult:
@@ -705,7 +984,8 @@ class Sandbox:
         return self._executor().submit(self.run_calls, code, entry, inputs, call_timeout_s, limits)
 
     def close(self) -> None:
-        """Reap stragglers in every slot, stop the zygotes, remove scratch space. Idempotent."""
+        """Stop the zygotes (each run's processes already died with it), remove the scratch
+        directories, release the slots. Idempotent."""
         with self._lock:
             if self._closed:
                 return
@@ -714,9 +994,7 @@ class Sandbox:
         if pool is not None:
             pool.shutdown(wait=True)
         for _ in range(self.workers):  # take every slot: waits for runs in flight
-            slot = self._slots.get()
-            if self._zygotes[slot] is not None and self.uid_base is not None:
-                self._sweep(slot)
+            self._slots.get()
         self._finalizer()
 
     def __enter__(self) -> "Sandbox":
@@ -733,7 +1011,7 @@ class Sandbox:
                 self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="sandbox")
             return self._pool
 
-    def _rlimits(self, limits: Limits) -> list[tuple[int, int, int]]:
+    def _rlimits(self, limits: Limits, zygote: _Zygote) -> list[tuple[int, int, int]]:
         cpu = max(1, int(limits.cpu_s + 0.999))
         out = [
             (resource.RLIMIT_CPU, cpu, cpu + 1),
@@ -742,21 +1020,35 @@ class Sandbox:
             (resource.RLIMIT_NOFILE, limits.open_files, limits.open_files),
             (resource.RLIMIT_CORE, 0, 0),
         ]
-        if self.uid_base is not None:  # counted per uid: only meaningful with the uid switch
-            out.append((resource.RLIMIT_NPROC, limits.processes, limits.processes))
+        if self.uids is not None:  # counted per uid: only meaningful with the uid switch
+            nproc = limits.processes + zygote.pidns  # the namespace's init is one of them
+            out.append((resource.RLIMIT_NPROC, nproc, nproc))
         return out
 
     def _zygote(self, slot: int) -> _Zygote:
         zygote = self._zygotes[slot]
         if zygote is None:
             static = {
-                "uid": None if self.uid_base is None else self.uid_base + slot,
-                "slot": slot, "isolate": self.isolate, "plan": self._plan,
-                "root": os.path.join(self._scratch, "root"), "scratch": self._scratch,
+                "uid": None if self.uids is None else self.uids[slot],
+                "isolate": self.isolate, "system_paths": SYSTEM_PATHS, "devices": DEVICES,
+                "root": self.scratch_dirs[slot], "scratch": self.scratch_dirs[slot],
                 "scratch_bytes": self.scratch_bytes, "preload": PRELOAD,
                 "exit_setup": EXIT_SETUP, "exit_memory": EXIT_MEMORY,
             }
-            zygote = self._zygotes[slot] = _Zygote(self.python, static)
+            zygote = _Zygote(self.python, static)
+            missing = self._fallbacks(zygote)
+            if missing and not self.allow_unisolated:
+                zygote.close()
+                raise SandboxUnavailable(
+                    f"sandbox isolation unavailable ({'; '.join(missing)}): run as root on Linux "
+                    "(namespaces, mounts and the uid switch need it), or pass "
+                    "allow_unisolated=True (RL recipes: envs[].args.allow_unisolated: true) to run "
+                    "model-written code without it")
+            if missing and not self._warned:
+                self._warned = True
+                log.warning("sandbox runs WITHOUT full isolation (allow_unisolated=True): %s",
+                            "; ".join(missing))
+            self._zygotes[slot] = zygote
         return zygote
 
     def _execute(self, job: dict[str, Any], limits: Limits, stdin: bytes) -> tuple[ExecResult, str]:
@@ -764,15 +1056,9 @@ class Sandbox:
             raise RuntimeError("sandbox is closed")
         slot = self._slots.get()
         try:
-            result, channel = self._execute_in_slot(slot, job, limits, stdin)
-            if result.status in (Status.TIMEOUT, Status.KILLED) and self.uid_base is not None:
-                self._sweep(slot)  # escaped grandchildren would otherwise idle until next use
-            return result, channel
+            return self._execute_in_slot(slot, job, limits, stdin)
         finally:
             self._slots.put(slot)
-
-    def _sweep(self, slot: int) -> None:
-        self._execute_in_slot(slot, {"mode": "sweep"}, self.limits, b"")
 
     def _execute_in_slot(
         self, slot: int, job: dict[str, Any], limits: Limits, stdin: bytes
@@ -786,7 +1072,7 @@ class Sandbox:
                 for fd, data in ((job_fd, marshal.dumps(job)), (stdin_fd, stdin)):
                     os.write(fd, data)
                     os.lseek(fd, 0, os.SEEK_SET)
-                request = {"wall_s": limits.wall_s, "rlimits": self._rlimits(limits)}
+                request = {"wall_s": limits.wall_s, "rlimits": self._rlimits(limits, zygote)}
                 reply = zygote.run(request, [stdin_fd, out_fd, err_fd, res_fd, job_fd],
                                    limits.wall_s + ZYGOTE_GRACE_S)
                 if reply is None:
@@ -816,23 +1102,24 @@ class Sandbox:
         return ExecResult(Status.SANDBOX_ERROR, None, "", "", 0.0, reason), ""
 
     def _fallbacks(self, zygote: _Zygote) -> tuple[str, ...]:
-        out = [zygote.fallback] if zygote.fallback else []
+        out = list(zygote.fallbacks)
         if not self.isolate:
             out.append("netns/fs: disabled (isolate=False or not Linux)")
-        if self.uid_base is None:
+        if self.uids is None:
             out.append("uid: not root, cannot switch to an unprivileged uid")
         return tuple(out)
 
 
-_default: Sandbox | None = None
+_defaults: dict[tuple[int, bool], Sandbox] = {}
 _default_lock = threading.Lock()
 
 
-def default_sandbox() -> Sandbox:
-    """The process-wide shared sandbox (one slot per core), closed at interpreter exit."""
-    global _default
+def default_sandbox(allow_unisolated: bool = False) -> Sandbox:
+    """The process-wide shared sandbox (one slot per core), closed at interpreter exit. A forked
+    child gets its own: a Sandbox's sockets must not be shared across fork."""
+    key = (os.getpid(), allow_unisolated)
     with _default_lock:
-        if _default is None:
-            _default = Sandbox()
-            atexit.register(_default.close)
-        return _default
+        if key not in _defaults:
+            _defaults[key] = Sandbox(allow_unisolated=allow_unisolated)
+            atexit.register(_defaults[key].close)
+        return _defaults[key]

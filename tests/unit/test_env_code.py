@@ -4,6 +4,7 @@ end-to-end verification through the sandbox."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 
@@ -19,12 +20,23 @@ from posttrain.envs.code_env import (
     outputs_match,
     problem_to_task,
 )
-from posttrain.envs.sandbox import CallOutcome, CallsResult, ExecResult, Limits, Sandbox, Status
+from posttrain.envs.sandbox import (
+    CallOutcome,
+    CallsResult,
+    ExecResult,
+    Limits,
+    Sandbox,
+    SandboxUnavailable,
+    Status,
+)
+from posttrain.errors import UserError
+
+ROOT = os.geteuid() == 0
 
 
 @pytest.fixture(scope="module")
 def env():
-    with Sandbox(limits=Limits(wall_s=5.0), workers=2) as sandbox:
+    with Sandbox(limits=Limits(wall_s=5.0), workers=2, allow_unisolated=not ROOT) as sandbox:
         yield CodeEnv(sandbox=sandbox, limits=Limits(wall_s=3.0, cpu_s=3.0), call_timeout_s=0.5)
 
 
@@ -168,3 +180,27 @@ def test_verify_from_many_threads(env):
 def test_registered_under_code(env):
     made = make_env("code", sandbox=env.sandbox)
     assert isinstance(made, CodeEnv) and made.domain == "code"
+
+
+def test_an_environment_that_cannot_isolate_refuses_to_start():
+    """Fail closed: one clear line at construction, not a silently weaker sandbox."""
+    with Sandbox(workers=1, isolate=False) as unisolated:
+        with pytest.raises(SandboxUnavailable, match=r"allow_unisolated") as failure:
+            CodeEnv(sandbox=unisolated)
+    assert isinstance(failure.value, UserError) and "\n" not in str(failure.value)
+
+
+def test_an_allowed_unisolated_environment_says_so_in_every_result():
+    with Sandbox(workers=1, isolate=False, allow_unisolated=True) as allowed:
+        env = CodeEnv(sandbox=allowed, limits=Limits(wall_s=3.0, cpu_s=3.0))
+        task = env.tasks("validation", n=1)[0]
+        solved = env.verify(task, answer(f"```python\n{lookup_table_solution(task)}```"))
+        assert solved.reward == 1.0
+        for result in (solved, env.verify(task, answer("no idea"))):
+            assert "[unisolated sandbox: netns/fs: disabled" in result.reason, result.reason
+
+
+def test_recipe_args_reach_the_sandbox():
+    """RL recipes pass ``envs[].args`` to ``make_env``: the opt-out must get through."""
+    made = make_env("code", allow_unisolated=True)
+    assert made.allow_unisolated and made.sandbox.allow_unisolated
