@@ -1,8 +1,22 @@
-"""The ``code`` environment: write a Python function; reward = fraction of unit tests passed.
+"""The ``code`` environment: write a Python function; reward 1 when it passes every unit test.
 
 Tasks come from the offline task families in ``code_tasks.py`` (spec + signature + reference
 implementation + input generator); the tests compare the candidate's output with the reference
 output on generated inputs, at most 50 per task (RECIPE.md §2, competition code).
+
+Reward (``CodeEnv(reward=...)``, settable from a recipe's ``envs[].args``):
+
+* ``"all"`` (default, the recipe's rule): 1 if the function passes *every* test, else 0. Partial
+  credit is what a policy farms: under the fraction rule ``return False`` earned 0.85 on one task,
+  and the best constant output per task averaged 0.23 over 40 validation tasks.
+* ``"fraction"``: the fraction of tests passed (for analysis or shaping, at your own risk).
+
+Hidden tests: the prompt shows ``N_EXAMPLES`` = 2 of a task's tests (``ground_truth["shown"]``
+lists which); grading runs all of them, so at least ``tests_per_task - 2`` tests are never shown.
+Tests are balanced (``code_tasks.max_same_output``): no expected output answers more than half
+of them, so a constant function fails at least 4 of them (``tests_per_task >= MIN_TESTS`` = 8), and
+so does one that hard-codes the shown examples and returns a constant otherwise. The best
+constant output per task averages 0 under ``"all"`` (``tests/reward_hacking/test_code.py``).
 
 Grading a rollout:
 
@@ -38,6 +52,10 @@ INSTRUCTIONS = (
     "Reply with the complete function (with any imports it needs) in one ```python code block. "
     "Use only the Python standard library; the function must return its result, not print it."
 )
+
+N_EXAMPLES = 2  # tests shown in the prompt; the others are hidden
+MIN_TESTS = 8  # fewer tests could let "examples + a constant" pass every hidden test
+REWARD_MODES = ("all", "fraction")
 
 # Per task: each call gets CALL_TIMEOUT_S; the whole process (all tests) gets the limits below.
 CALL_TIMEOUT_S = 1.0
@@ -99,8 +117,11 @@ def outputs_match(expected: Any, got: Any, rel_tol: float = 1e-6) -> bool:
     return type(expected) is type(got) and expected == got
 
 
-def grade(result: CallsResult, expected: list[Any]) -> VerifyResult:
-    """Reward = fraction of tests whose output matches; the reason names the first failure."""
+def grade(result: CallsResult, expected: list[Any], reward: str = "all") -> VerifyResult:
+    """Reward 1 if every output matches (``reward="all"``), or the fraction of tests whose output
+    matches (``reward="fraction"``); the reason names the first failure."""
+    if reward not in REWARD_MODES:
+        raise ValueError(f"reward must be one of {REWARD_MODES}, got {reward!r}")
     n = len(expected)
     components = {"tests_passed": 0.0, "tests_total": float(n)}
     if result.exec.status is Status.SANDBOX_ERROR:
@@ -119,7 +140,9 @@ def grade(result: CallsResult, expected: list[Any]) -> VerifyResult:
     reason = f"passed {passed}/{n} tests{first_failure}"
     if result.exec.status is not Status.OK:
         reason += f" ({result.exec.status.value}: {result.exec.reason})"
-    return VerifyResult(passed / n if n else 0.0, components, reason)
+    if reward == "fraction":
+        return VerifyResult(passed / n if n else 0.0, components, reason)
+    return VerifyResult(1.0 if n and passed == n else 0.0, components, reason)
 
 
 def pick_examples(problem: code_tasks.CodeProblem, k: int) -> list[int]:
@@ -136,7 +159,7 @@ def pick_examples(problem: code_tasks.CodeProblem, k: int) -> list[int]:
     return picked
 
 
-def render_prompt(problem: code_tasks.CodeProblem, n_examples: int = 2) -> str:
+def render_prompt(problem: code_tasks.CodeProblem, n_examples: int = N_EXAMPLES) -> str:
     """The user message: signature, spec, two worked examples, and the answer format."""
     fam = problem.family
     picks = pick_examples(problem, n_examples)
@@ -153,7 +176,7 @@ def problem_to_task(problem: code_tasks.CodeProblem) -> Task:
         domain="code",
         messages=[{"role": "user", "content": render_prompt(problem)}],
         ground_truth={"entry": problem.family.entry, "inputs": problem.inputs,
-                      "expected": problem.expected},
+                      "expected": problem.expected, "shown": pick_examples(problem, N_EXAMPLES)},
         metadata={"family": problem.family.name, "difficulty": problem.family.difficulty,
                   "params": problem.params, "reference": problem.family.reference.__name__},
     )
@@ -180,10 +203,16 @@ class CodeEnv(Environment):
         tests_per_task: int = code_tasks.DEFAULT_TESTS,
         call_timeout_s: float = CALL_TIMEOUT_S,
         limits: Limits = TASK_LIMITS,
+        reward: str = "all",
     ) -> None:
-        """``sandbox``: defaults to the process-wide shared one (one slot per core)."""
-        if not 1 <= tests_per_task <= code_tasks.MAX_TESTS:
-            raise ValueError(f"tests_per_task must be in [1, {code_tasks.MAX_TESTS}]")
+        """``sandbox``: defaults to the process-wide shared one (one slot per core). ``reward``:
+        "all" (1 only if every test passes) or "fraction" (share of tests passed)."""
+        if not MIN_TESTS <= tests_per_task <= code_tasks.MAX_TESTS:
+            raise ValueError(f"tests_per_task must be in [{MIN_TESTS}, {code_tasks.MAX_TESTS}]"
+                             f", got {tests_per_task}")
+        if reward not in REWARD_MODES:
+            raise ValueError(f"reward must be one of {REWARD_MODES}, got {reward!r}")
+        self.reward = reward
         self._sandbox = sandbox
         self.tests_per_task = tests_per_task
         self.call_timeout_s = call_timeout_s
@@ -208,4 +237,4 @@ class CodeEnv(Environment):
             return VerifyResult(0.0, components, why)
         result = self.sandbox.run_calls(code, truth["entry"], truth["inputs"],
                                         call_timeout_s=self.call_timeout_s, limits=self.limits)
-        return grade(result, truth["expected"])
+        return grade(result, truth["expected"], self.reward)
