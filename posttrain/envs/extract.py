@@ -10,8 +10,13 @@ Final math answer — ``extract_math_answer``, rules tried in this order, first 
   2. the last answer marker ("Answer:", "answer is", "Final answer =", any case); the rest of
      that line up to its first sentence end (". "), or the next non-empty line when the marker
      ends its line; markdown emphasis, ``$...$`` and a final full stop are stripped;
-  3. the last number in the text (integer, decimal, fraction ``a/b``, thousands commas).
-  Nothing found → ``None`` (the verifier gives reward 0, reason "no_answer"). Rules 1–2 count as
+  3. the last number in the text (integer, decimal, fraction ``a/b``, thousands commas), unless
+     the text is nothing but several numbers and separators ("1 2 3 4 5 6", "5 or 6": a list of
+     candidates, ``is_number_list``), which is no answer.
+  Nothing found → ``None`` (the verifier gives reward 0, reason "no_answer").
+  Decoration around the answer is removed (``_strip_decoration``): markdown emphasis, ``$``,
+  ``\\(..\\)``, a final full stop, wrapping quotes ('The answer is "6".', ‘6’, «6»), one pair of
+  wrapping parentheses ("(6)"), a leading "+", and full-width digits (NFKC). Rules 1–2 count as
   following the requested format; rule 3 is a fallback the verifier reports as format 0.
 
 Multiple-choice letter — ``extract_choice``:
@@ -39,6 +44,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import unicodedata
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
@@ -80,16 +86,27 @@ def after_last_marker(text: str, marker: re.Pattern[str] = MATH_MARKER) -> str |
     return None
 
 
+# Quote marks that may wrap a whole answer: "6", '6', “6”, ‘6’, «6», „6“.
+_QUOTE_PAIRS = {'"': '"', "'": "'", "\u201c": "\u201d", "\u2018": "\u2019", "\u00ab": "\u00bb",
+                "\u201e": "\u201c"}
+
+
 def _strip_decoration(s: str) -> str:
-    """Remove markdown emphasis, math delimiters and a trailing full stop around an answer."""
-    s = s.translate(_UNICODE_MINUS).strip()
-    for _ in range(3):  # decorations nest: "**$42$**."
+    """Remove markdown emphasis, math delimiters, wrapping quotes or parentheses and a trailing
+    full stop around an answer."""
+    s = unicodedata.normalize("NFKC", s).translate(_UNICODE_MINUS).strip()
+    for _ in range(4):  # decorations nest: "**$42$**.", '**"6"**.'
         s = s.strip().strip("*_`").strip()
         s = re.sub(r"^\\[\[(]|\\[\])]$", "", s).strip()
         if len(s) >= 2 and s[0] == s[-1] == "$":
             s = s.strip("$").strip()
         s = re.sub(r"\.$", "", s).strip()
-    # "- 3" is read as 3 by math_verify; a leading sign belongs to the number.
+        if len(s) >= 2 and _QUOTE_PAIRS.get(s[0]) == s[-1]:
+            s = s[1:-1].strip()
+        if len(s) >= 2 and s[0] == "(" and s[-1] == ")" and "(" not in s[1:-1] and ")" not in s[1:-1]:
+            s = s[1:-1].strip()  # "(6)"; "(2, 3)" stays a pair and is not a number
+    # "- 3" is read as 3 by math_verify; a leading sign belongs to the number; "+6" is 6.
+    s = re.sub(r"^\+\s*(?=\d)", "", s)
     return re.sub(r"^-\s+(?=\d)", "-", s)
 
 
@@ -125,9 +142,19 @@ def extract_math_answer(text: str) -> MathAnswer | None:
         if cleaned:
             return MathAnswer(cleaned, "answer_marker")
     numbers = _NUMBER.findall(text)
+    if len(numbers) > 1 and is_number_list(text):
+        return None  # "1 2 3 4 5 6" lists candidates; it does not commit to one
     if numbers:
         return MathAnswer(re.sub(r"\s+", "", numbers[-1]), "last_number")
     return None
+
+
+def is_number_list(text: str) -> bool:
+    """True when ``text`` is nothing but numbers and separators (spaces, punctuation, "or",
+    "and"): a list of candidates such as "1 2 3 4 5 6" or "5 or 6", not an answer."""
+    rest = _NUMBER.sub(" ", unicodedata.normalize("NFKC", text))
+    rest = re.sub(r"\b(?:or|and)\b", " ", rest, flags=re.I)
+    return not re.search(r"[^\s,;.:|/()\[\]{}*_`$-]", rest)
 
 
 # --------------------------------------------------------------------------- multiple choice

@@ -38,6 +38,16 @@ from posttrain.envs.extract import (
         ("the total is 1,234 apples", "1,234", "last_number"),
         ("x = 3/ 4", "3/4", "last_number"),
         ("\\boxed{5", "5", "last_number"),  # unclosed box: fall through
+        # issue 12 item 6: quoted and other unusual-but-valid forms (false negatives before)
+        ('The answer is "6".', "6", "answer_marker"),
+        ("Answer: '6'", "6", "answer_marker"),
+        ("Answer: \u201c6\u201d", "6", "answer_marker"),
+        ("Answer: \u00ab6\u00bb", "6", "answer_marker"),
+        ('The answer is **"6"**.', "6", "answer_marker"),
+        ("Answer: (6)", "6", "answer_marker"),
+        ("Answer: +6", "6", "answer_marker"),
+        ("Answer: \uff16", "6", "answer_marker"),  # full-width digit
+        ('\\boxed{"6"}', "6", "boxed"),
     ],
 )
 def test_math_answer_rules(text, answer, rule):
@@ -46,7 +56,8 @@ def test_math_answer_rules(text, answer, rule):
     assert got.formatted == (rule != "last_number")
 
 
-@pytest.mark.parametrize("text", ["", "   ", "I do not know.", "Answer:", "\\boxed{}"])
+@pytest.mark.parametrize("text", ["", "   ", "I do not know.", "Answer:", "\\boxed{}",
+                                  "1 2 3 4 5 6", "1, 2, 3, 6.", "5 or 6", "1\n2\n3\n6"])
 def test_math_answer_none(text):
     assert extract_math_answer(text) is None
 
