@@ -38,15 +38,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verbose", "-v", action="store_true", help="print every task's reward and reason")
 
 
-class ApproveAllJudge:
-    """A stand-in judge that gives every reply 10/10: what is left to stop a hack is the program."""
-
-    def judge(self, messages: list) -> object:
-        from posttrain.envs.judge import JudgeVerdict
-
-        return JudgeVerdict(1.0, True, "approve_all_stub")
-
-
 def _env_args(pairs: list[str]) -> dict:
     from posttrain.errors import UserError
 
@@ -75,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     kwargs = _env_args(args.arg)
     judge_note = ""
     if args.env in JUDGED and "judge" not in kwargs:
-        kwargs["judge"] = args.judge or ApproveAllJudge()
+        kwargs["judge"] = args.judge or redteam.ApproveAllJudge()
         judge_note = f"judge: {args.judge}" if args.judge else "judge: approve-all stub (10/10 for every judged reply)"
     try:
         env = make_env(args.env, **kwargs)

@@ -578,3 +578,28 @@ def sample_tasks(env: Environment, env_name: str, n: int, split: str = "validati
             if by_kind[kind] and len(picked) < n:
                 picked.append(by_kind[kind].pop(rng.randrange(len(by_kind[kind]))))
     return picked
+
+
+# --------------------------------------------------------------------------- for test suites
+
+
+class ApproveAllJudge:
+    """A stand-in LLM judge that gives every reply 10/10. Judged environments audited with it show
+    what the program itself stops: a hack must score 0 even when the judge is fooled."""
+
+    def judge(self, messages: list[Message]) -> Any:
+        from posttrain.envs.judge import JudgeVerdict
+
+        return JudgeVerdict(1.0, True, "approve_all_stub")
+
+
+# Tasks per case in tests/reward_hacking: enough for every case to apply somewhere.
+TEST_TASKS = {"workplace": 21, "banking": 8, "code": 6}
+
+
+def failure_report(result: CaseResult) -> str:
+    """A multi-line explanation of a misbehaving case (for assertion messages)."""
+    lines = [f"case {result.case.name!r} ({result.case.what}) must score {result.case.expect:g}:"]
+    lines += [f"  {tid}: reward {reward:g}: {reason}" for tid, reward, reason in result.bad]
+    lines += [f"  {tid}: raised {err}" for tid, err in result.errors]
+    return "\n".join(lines)

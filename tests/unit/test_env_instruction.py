@@ -328,7 +328,7 @@ def test_substance_rule():
     from posttrain.envs.instruction.substance import MIN_WORDS, check_substance, min_words, topic_words
 
     words = topic_words("school lunches")
-    assert words == ("school", "lunches", "tray", "menu", "nutrition")
+    assert words == ("school", "lunches")
     prompt = "Write an email about school lunches for your neighbours."
     good = ("dear neighbours, the school menu changes next month. the cafeteria will serve warm soup "
             "on mondays and fresh fruit every day, and parents can volunteer at the lunch counter.")
@@ -342,6 +342,14 @@ def test_substance_rule():
     assert not check_substance("school lunches " * 20, prompt, words).ok
     assert check_substance(good.upper(), prompt, words).ok  # case-insensitive (all-caps rules)
     assert min_words([WordCount(high=10)]) == 10 and min_words([]) == MIN_WORDS
+    assert topic_words("learning a new language") == ("language",)
+    baking = ("my grandmother taught me to bake bread with a jar of bubbly starter that she fed "
+              "every morning before work and kept warm beside the stove in winter")
+    assert check_substance(baking, "Write a poem about sourdough baking.", topic_words("sourdough baking")).ok
+    keyword_only = ("here are a few thoughts about lighthouses and the ticket deserves a closer look "
+                    "while the balcony deserves a closer look too in every season")
+    assert not check_substance(keyword_only, "Write about old movie theaters. Include ticket and balcony.",
+                               topic_words("old movie theaters")).ok  # keywords alone are not the topic
 
 
 def test_echo_of_the_prompt_scores_zero(env, train_tasks):

@@ -9,8 +9,12 @@ scored 1.0 on 24 of 2,000 training tasks ("an email about school lunches, all lo
    kind of text asked for (note, poem, summary, email, blog post, letter, speech, advice) needs
    more than a sentence.
 2. **topic**: at least one of the task's topic words (``topic_words``: the content words of the
-   topic's name, e.g. "school" and "lunches", and the topic's three keywords), whole word and
-   case-insensitive, a final "s"/"es" ignored ("lunch" matches "lunches").
+   topic's name, e.g. "school" and "lunches" for "school lunches"), case-insensitive, compared
+   after removing one common ending (-ing, -ed, -es, -s, -er, then a final e), and a word of 4+
+   letters may be a prefix of the other ("lunch" matches "lunches", "bake" "baking", "swim"
+   "swimming", "bird" "birdwatching"). The topic's keywords do not count: keyword rules make
+   replies include them, so a text about lighthouses that names "ticket" and "balcony" as asked
+   is still not about old movie theaters.
 3. **own words**: at least ``MIN_NEW_WORDS`` = 5 distinct words that do not occur in the user's
    turns, so an echo of the prompt, or the topic name repeated, is not an answer.
 
@@ -45,6 +49,27 @@ def _stem(word: str) -> str:
     return w
 
 
+def _root(word: str) -> str:
+    """A crude root for topic matching: one common ending off, then a final "e"."""
+    w = word.lower()
+    for ending in ("ing", "ed", "es", "s", "er"):
+        if w.endswith(ending) and len(w) - len(ending) >= 3:
+            w = w[: -len(ending)]
+            break
+    return w[:-1] if len(w) > 3 and w.endswith("e") else w
+
+
+def mentions(words: Iterable[str], topic: Sequence[str]) -> bool:
+    """Does any of ``words`` name one of the ``topic`` words (rule 2 of the module docstring)?"""
+    targets = {_root(w) for w in topic}
+    for w in {_root(x) for x in words}:
+        for t in targets:
+            short, long_ = sorted((w, t), key=len)
+            if w == t or (len(short) >= 4 and long_.startswith(short)):
+                return True
+    return False
+
+
 def words_of(text: str) -> list[str]:
     return _WORD.findall(text)
 
@@ -55,8 +80,7 @@ def topic_words(topic: Topic | str | None) -> tuple[str, ...]:
         topic = _TOPICS_BY_NAME.get(topic) or Topic(topic, ())  # type: ignore[arg-type]
     if topic is None:
         return ()
-    name_words = [w for w in words_of(topic.name.lower()) if w not in _NAME_STOPWORDS and len(w) > 2]
-    return tuple(dict.fromkeys([*name_words, *topic.keywords]))
+    return tuple(dict.fromkeys(w for w in words_of(topic.name.lower()) if w not in _NAME_STOPWORDS and len(w) > 2))
 
 
 def min_words(constraints: Iterable[Constraint]) -> int:
@@ -76,7 +100,7 @@ def check_substance(
     if len(words) < need_words:
         return Check(False, f"{len(words)} words; a reply that does the task needs at least {need_words}")
     stems = {_stem(w) for w in words}
-    if topic and not stems & {_stem(w) for w in topic}:
+    if topic and not mentions(words, topic):
         return Check(False, "does not mention the topic (none of: " + ", ".join(topic) + ")")
     prompt_stems = {_stem(w) for w in words_of(prompt)}
     new = stems - prompt_stems
