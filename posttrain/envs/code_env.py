@@ -145,6 +145,18 @@ def grade(result: CallsResult, expected: list[Any], reward: str = "all") -> Veri
     return VerifyResult(1.0 if n and passed == n else 0.0, components, reason)
 
 
+def best_constant_reward(expected: list[Any], reward: str = "all") -> float:
+    """The reward of the best constant function on a task with these expected outputs: an upper
+    bound on what returning one fixed value can earn (only an expected value can match, so the
+    candidates are the expected outputs themselves). Pure; no sandbox."""
+    if not expected:
+        return 0.0
+    best = max(sum(outputs_match(e, c) for e in expected) for c in expected)
+    if reward == "fraction":
+        return best / len(expected)
+    return 1.0 if best == len(expected) else 0.0
+
+
 def pick_examples(problem: code_tasks.CodeProblem, k: int) -> list[int]:
     """Indices of tests to show: the last edge case, then random tests, skipping any whose
     expected output repeats one already shown (two examples that both return [] teach little)."""
