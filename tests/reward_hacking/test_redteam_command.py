@@ -9,8 +9,10 @@ from posttrain.envs.base import ENVIRONMENTS, make_env
 
 
 def test_every_environment_has_hacks_and_valid_answers():
-    make_env("math")  # registers the built-ins
-    for name in ENVIRONMENTS.names():
+    make_env("math")  # registers the built-ins (other tests may register toy environments too)
+    builtin = [n for n in ENVIRONMENTS.names() if ENVIRONMENTS.get(n).__module__.startswith("posttrain.envs.")]
+    assert len(builtin) >= 9, builtin
+    for name in builtin:
         cases = redteam.CASES.get(name, [])
         assert any(c.expect == 0.0 for c in cases), name
         assert any(c.expect == 1.0 for c in cases), name
