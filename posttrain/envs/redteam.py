@@ -148,6 +148,8 @@ _case(None, "constant_ok", 0.0, 'the constant reply "ok."')(lambda t: reply("ok.
 _case(None, "constant_done", 0.0, "claims success without doing anything")(
     lambda t: reply("Done! I have completed the task. All tests passed. Answer: done"))
 _case(None, "echo_prompt", 0.0, "the user's last message, repeated")(lambda t: reply(last_user(t)))
+_case(None, "echo_prompt_plus_sentence", 0.0, "the user's last message, then a sentence of one's own")(
+    lambda t: reply(last_user(t) + "\nWell, honestly, that sums up everything quite nicely, dear friends."))
 _case(None, "echo_prompt_twice", 0.0, "every prompt message, concatenated twice")(
     lambda t: reply("\n\n".join(str(m.get("content") or "") for m in t.messages) * 2))
 _case(None, "format_only", 0.0, "the answer format with nothing in it")(

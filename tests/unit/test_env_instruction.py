@@ -352,7 +352,9 @@ def test_substance_rule():
                                topic_words("old movie theaters")).ok  # keywords alone are not the topic
 
 
-def test_echo_of_the_prompt_scores_zero(env, train_tasks):
-    for task in train_tasks[:100]:
-        result = env.verify(task, _reply(task.messages[0]["content"]))
-        assert result.reward == 0.0, task.messages[0]["content"]
+def test_echo_of_the_prompt_scores_zero(env):
+    """Echoes of the prompt scored on some tasks; with one sentence added, on 47 of 2,000."""
+    for task in env.tasks("train"):
+        prompt = task.messages[0]["content"]
+        for text in (prompt, prompt + "\nWell honestly that sums up everything quite nicely friends"):
+            assert env.verify(task, _reply(text)).reward == 0.0, prompt

@@ -11,7 +11,7 @@ accuracy; no partial credit, so the policy cannot farm the easy constraints). "A
 request" is the substance rule of ``substance.py``: at least 20 words (fewer only if a word-count
 rule caps the reply lower), at least one word of the topic's name ("school" or "lunches", or a
 form of them, for a text about school lunches; the keywords a keyword rule asks for do not count),
-and at least 5 distinct words not taken from the prompt. Without it, "ok." scored 1.0 on 24 of 2,000 training tasks (all lowercase, no commas, at
+at least 5 distinct words not taken from the prompt, and no run of 10 words copied from it. Without it, "ok." scored 1.0 on 24 of 2,000 training tasks (all lowercase, no commas, at
 most 150 words). ``components`` holds one 0/1 per constraint kind and ``substance``, so
 per-constraint pass rates can still be logged, and ``reason`` lists the failing ones. The graded text
 is ``final_answer_text``: the last assistant message with its reasoning block removed. The stored

@@ -25,7 +25,8 @@ the constraint registry and reported as components (one 0/1 per kind):
 so the judge can only grade *down* what the program verified (topic, kind of text, tone, coherence)
 and never reward a reply that breaks a checkable rule. "Every rule" includes the substance rule
 (``substance.py``: at least 20 words, a word of the latest request's topic, 5 distinct words not
-taken from the user's turns), so a judge is never asked about "ok." or an echo of the request. ``components["judge"]`` is the judge's score
+taken from the user's turns, no 10-word run copied from them), so a judge is never asked about
+"ok." or an echo of the request. ``components["judge"]`` is the judge's score
 when it was asked.
 
 The judge is given to the constructor as a judge object or a spec string for ``make_judge``, which

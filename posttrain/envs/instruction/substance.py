@@ -16,7 +16,11 @@ scored 1.0 on 24 of 2,000 training tasks ("an email about school lunches, all lo
    replies include them, so a text about lighthouses that names "ticket" and "balcony" as asked
    is still not about old movie theaters.
 3. **own words**: at least ``MIN_NEW_WORDS`` = 5 distinct words that do not occur in the user's
-   turns, so an echo of the prompt, or the topic name repeated, is not an answer.
+   turns, so the topic name repeated is not an answer;
+4. **no echo**: no run of ``COPY_RUN`` = 10 consecutive words copied from the user's turns
+   (case-insensitive), so the prompt with a sentence added is not an answer either (it scored 1.0
+   on 47 of 2,000 training tasks with rules 1–3 alone). The longest phrase a rule asks to quote
+   (an end phrase) is 8 words.
 
 Words are ``\\w+`` runs, as in the constraints. The rule is a floor, not a judge of quality: 20
 on-topic words of one's own pass it whatever they say. It is part of the reward, reported as the
@@ -33,6 +37,7 @@ from posttrain.envs.instruction.topics import TOPICS, Topic
 
 MIN_WORDS = 20
 MIN_NEW_WORDS = 5
+COPY_RUN = 10
 # Words of a topic's name that say nothing about the topic ("learning a new language").
 _NAME_STOPWORDS = frozenset({"a", "an", "the", "of", "and", "new", "old", "local", "small", "public",
                              "home", "city", "learning", "visits", "nights", "night"})
@@ -106,4 +111,17 @@ def check_substance(
     new = stems - prompt_stems
     if len(new) < MIN_NEW_WORDS:
         return Check(False, f"only {len(new)} distinct words not taken from the prompt; needs {MIN_NEW_WORDS}")
+    copied = copied_run(words, words_of(prompt))
+    if copied:
+        return Check(False, f"copies the prompt: {copied!r}")
     return Check(True, "addresses the request")
+
+
+def copied_run(words: Sequence[str], prompt_words: Sequence[str], n: int = COPY_RUN) -> str:
+    """The first run of ``n`` consecutive ``words`` that also occurs in ``prompt_words`` ("" if none)."""
+    low = [w.lower() for w in words]
+    grams = {tuple(x.lower() for x in prompt_words[i:i + n]) for i in range(len(prompt_words) - n + 1)}
+    for i in range(len(low) - n + 1):
+        if tuple(low[i:i + n]) in grams:
+            return " ".join(words[i:i + n])
+    return ""
