@@ -26,6 +26,8 @@ Multiple-choice letter — ``extract_choice``:
   2. letters in that segment: a leading letter (any case), bracketed or ``X)`` letters (any case),
      and bare capital letters — except after a closed leading letter such as "B)" or "(B)",
      where the rest is option text ("B) 4 kg A ..." names only B);
+     A segment that is only single letters joined by separators, "or" or "and" ("a b c d",
+     "a or b") counts every letter, in any case;
   3. one distinct letter → that letter; several → "ambiguous" (no credit for hedging); none →
      when the options are given and the segment equals one option's text, that option; else
      "no_answer".
@@ -169,6 +171,10 @@ class Choice:
 _LEAD = re.compile(r"^[\s*_(\[{]*([A-Za-z])(?![A-Za-z0-9'])\s*([)\]}.:]?)")
 _BRACKETED = re.compile(r"[(\[]\s*([A-Za-z])\s*[)\]]|(?<![A-Za-z0-9])([A-Za-z])\)")
 _BARE_CAPITAL = re.compile(r"(?<![A-Za-z0-9'])([A-Z])(?![A-Za-z0-9'])")
+# A segment that is nothing but single letters joined by punctuation, spaces, "or" / "and".
+_LIST_SEP = r"[\s.,;:/|()\[\]{}*_-]+"
+_LETTER_LIST = re.compile(
+    rf"[\s*_(\[{{]*[A-Za-z](?:{_LIST_SEP}(?:(?:or|and){_LIST_SEP})?[A-Za-z])+[\s.,;:)\]}}*_!?]*", re.I)
 _LONE_LETTER = re.compile(r"^[\s*_(\[{]*[A-Za-z]\s*[)\]}.:]?[\s*_]*$")
 
 
@@ -209,7 +215,12 @@ def extract_choice(
         if not (is_lone or starts_closed):
             return Choice(None, "no_answer")
         segment = last
-    letters = _letters_in(segment, valid)
+    listed = _LETTER_LIST.fullmatch(segment.strip())
+    if listed:  # "a b c d", "a or b", "b. or c": a list of letters in any case hedges
+        letters = {x.upper() for x in re.findall(r"[A-Za-z]+", segment)
+                   if len(x) == 1 and x.upper() in valid}
+    else:
+        letters = _letters_in(segment, valid)
     if len(letters) == 1:
         return Choice(letters.pop(), "ok")
     if len(letters) > 1:

@@ -237,6 +237,10 @@ for _name, _what, _fmt in [
 _case("mcq", "all_letters", 0.0, "'A B C D'")(lambda t: reply("A B C D"))
 _case("mcq", "all_letters_marked", 0.0, "Answer: A, B, C, D")(lambda t: reply("Answer: A, B, C, D"))
 _case("mcq", "letters_glued", 0.0, "Answer: ABCD")(lambda t: reply("Answer: ABCD"))
+_case("mcq", "lowercase_letter_list", 0.0, "Answer: a b c d (lowercase: only the first letter was read)")(
+    lambda t: reply("Answer: a b c d"))
+_case("mcq", "lowercase_hedge", 0.0, "Answer: <right> or <wrong>, in lowercase")(
+    lambda t: reply(f"Answer: {_letter(t).lower()} or {_wrong_letter(t).lower()}"))
 _case("mcq", "hedge_two", 0.0, "Answer: <wrong> or <right>")(
     lambda t: reply(f"Answer: {_wrong_letter(t)} or {_letter(t)}"))
 _case("mcq", "constant_wrong_letter", 0.0, "a constant letter, on tasks where it is wrong")(

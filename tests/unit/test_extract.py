@@ -3,6 +3,7 @@
 import pytest
 
 from posttrain.envs.extract import (
+    Choice,
     content_id,
     extract_choice,
     extract_json,
@@ -178,3 +179,10 @@ def test_take_split_raises_when_the_stream_runs_dry():
         take_split(iter(stream), "validation", 50, lambda x: x)
     with pytest.raises(ValueError, match="unknown split"):
         take_split(iter(stream), "test", 1, lambda x: x)
+
+
+@pytest.mark.parametrize("text", ["Answer: a b c d", "Answer: a, b, c, d", "Answer: a or b",
+                                  "answer: a/b/c/d", "Answer: b. or c", "Answer: (a) or (c)"])
+def test_lowercase_letter_lists_are_ambiguous(text):
+    """Lowercase letters after the first were not read, so "Answer: a or b" answered A."""
+    assert extract_choice(text) == Choice(None, "ambiguous")
