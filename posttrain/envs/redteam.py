@@ -578,9 +578,14 @@ def sample_tasks(env: Environment, env_name: str, n: int, split: str = "validati
     for t in tasks:
         by_kind.setdefault(str(t.metadata.get("scenario") or t.metadata.get("template")), []).append(t)
     rng = random.Random(seed)
+    # Alternate read-only question templates with the others, so a few tasks cover both.
+    questions = sorted(k for k in by_kind if k.startswith("question"))
+    others = sorted(k for k in by_kind if not k.startswith("question"))
+    order = [k for pair in zip(others, questions) for k in pair]
+    order += others[len(questions):] + questions[len(others):]
     picked: list[Task] = []
     while len(picked) < n and any(by_kind.values()):
-        for kind in sorted(by_kind):
+        for kind in order:
             if by_kind[kind] and len(picked) < n:
                 picked.append(by_kind[kind].pop(rng.randrange(len(by_kind[kind]))))
     return picked
