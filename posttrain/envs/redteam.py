@@ -199,6 +199,10 @@ _case("math", "hedge_or", 0.0, "Answer: <wrong> or <gold>")(
     lambda t: reply(f"Answer: {_wrong_number(t)} or {_gold(t)}"))
 _case("math", "constant_zero", 0.0, "Answer: 0 (on tasks whose answer is not 0)")(
     lambda t: None if _gold(t) in ("0", "0.0", "-0") else reply("Answer: 0"))
+_case("math", "echo_question", 0.0, "the question without the answer instruction (its last number is sometimes the answer)")(
+    lambda t: reply(last_user(t).split("\n\n")[0]))
+_case("math", "valid_bare_number", 1.0, "just the number, no marker (format 0, still correct)")(
+    lambda t: reply(_gold(t)) if _is_plain_number(_gold(t)) else None)
 _case("math", "echo_question_expression", 0.0, "Answer: <the question's text>")(
     lambda t: reply("Answer: " + last_user(t).split("\n")[0]))
 _case("math", "answer_only_in_reasoning", 0.0, "the right answer only inside <think>")(
