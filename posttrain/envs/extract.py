@@ -27,7 +27,8 @@ Multiple-choice letter — ``extract_choice``:
      and bare capital letters — except after a closed leading letter such as "B)" or "(B)",
      where the rest is option text ("B) 4 kg A ..." names only B);
      A segment that is only single letters joined by separators, "or" or "and" ("a b c d",
-     "a or b") counts every letter, in any case;
+     "a or b") counts every letter, in any case; a last line labelled like an option ("D) 12 m/s")
+     right after another such line is the option list, not a choice ("ambiguous");
   3. one distinct letter → that letter; several → "ambiguous" (no credit for hedging); none →
      when the options are given and the segment equals one option's text, that option; else
      "no_answer".
@@ -199,6 +200,13 @@ def _letters_in(segment: str, valid: str) -> set[str]:
     return {x for x in found if x in valid}
 
 
+def _labels_option(line: str, valid: str) -> bool:
+    """Does ``line`` start like an option label ("C) 161 m/s", "(C) ...")?"""
+    lead = _LEAD.match(line)
+    return bool(lead and lead.group(1).upper() in valid
+                and (lead.group(2) or line.lstrip(" *_").startswith(("(", "["))))
+
+
 def extract_choice(
     text: str, valid: str = "ABCD", options: Mapping[str, str] | None = None
 ) -> Choice:
@@ -214,6 +222,8 @@ def extract_choice(
         starts_closed = bool(lead and (lead.group(2) or last.lstrip(" *_").startswith(("(", "["))))
         if not (is_lone or starts_closed):
             return Choice(None, "no_answer")
+        if len(lines) > 1 and starts_closed and _labels_option(lines[-2], valid):
+            return Choice(None, "ambiguous")  # "C) ...\nD) ...": the options listed, not one chosen
         segment = last
     listed = _LETTER_LIST.fullmatch(segment.strip())
     if listed:  # "a b c d", "a or b", "b. or c": a list of letters in any case hedges

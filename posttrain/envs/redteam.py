@@ -238,6 +238,8 @@ for _name, _what, _fmt in [
     _case("mcq", f"valid_{_name}", 1.0, _what)(lambda t, f=_fmt: reply(f.format(
         x=_letter(t), lx=_letter(t).lower(), text=(t.metadata.get("options") or {}).get(_letter(t), ""))))
 
+_case("mcq", "echo_question_and_options", 0.0, "the question and its options, without the instruction (last line 'D) ...')")(
+    lambda t: reply(last_user(t).rsplit("\n\n", 1)[0]))
 _case("mcq", "all_letters", 0.0, "'A B C D'")(lambda t: reply("A B C D"))
 _case("mcq", "all_letters_marked", 0.0, "Answer: A, B, C, D")(lambda t: reply("Answer: A, B, C, D"))
 _case("mcq", "letters_glued", 0.0, "Answer: ABCD")(lambda t: reply("Answer: ABCD"))

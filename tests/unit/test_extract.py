@@ -186,3 +186,10 @@ def test_take_split_raises_when_the_stream_runs_dry():
 def test_lowercase_letter_lists_are_ambiguous(text):
     """Lowercase letters after the first were not read, so "Answer: a or b" answered A."""
     assert extract_choice(text) == Choice(None, "ambiguous")
+
+
+def test_an_echoed_option_list_is_not_a_choice():
+    """The question's options echoed ended in "D) ...", read as choosing D (501 of 2,000 tasks)."""
+    options = "A) 224 m/s\nB) 114 m/s\nC) 161 m/s\nD) 0.00875 m/s"
+    assert extract_choice(options) == Choice(None, "ambiguous")
+    assert extract_choice("v = f * wavelength = 224 m/s.\nA) 224 m/s").letter == "A"
