@@ -327,6 +327,19 @@ for _env in ("instruction", "instruction_multiturn"):
     _case(_env, "lowercase_ok", 0.0, "'ok' in lowercase, no commas (passed all-lowercase/no-comma/max-words rules)")(
         lambda t: reply("ok"))
 
+def _stale_reply(t: Task) -> list[Message] | None:
+    """The previous assistant reply again, on tasks whose last user turn moved to another topic."""
+    request = t.ground_truth["request"]
+    previous_turns = "\n".join(str(m.get("content")) for m in t.messages[:-1] if m.get("role") == "user")
+    if request["text"][1:] not in last_user(t) or request["topic"] in previous_turns:
+        return None
+    previous = [m for m in t.messages if m.get("role") == "assistant"]
+    return reply(str(previous[-1]["content"])) if previous else None
+
+
+_case("instruction_multiturn", "previous_reply_after_topic_change", 0.0,
+      "repeats its previous reply although the user moved to another topic")(_stale_reply)
+
 # --------------------------------------------------------------------------- longctx
 
 
