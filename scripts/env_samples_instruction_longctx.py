@@ -28,7 +28,7 @@ def render(task: Task, i: int) -> str:
     reference = meta.pop("reference_response", None)
     meta.pop("facts", None)  # already visible in the documents
     if reference is not None:
-        parts += ["### Scripted reference response (passes every rule)", block(reference)]
+        parts += ["### Scripted reference response (passes every rule and the substance rule)", block(reference)]
     parts += ["### Metadata", block(json.dumps(meta, ensure_ascii=False), "json")]
     return "\n\n".join(parts)
 

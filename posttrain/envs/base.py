@@ -20,6 +20,7 @@ same arguments, and no task id may appear in both "train" and "validation".
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -106,16 +107,31 @@ class Environment:
 ENVIRONMENTS: Registry[type[Environment]] = Registry("environment")
 
 
+_THINK_BLOCK = re.compile(r"<think>.*?</think>", re.S)
+
+
 def final_answer_text(messages: list[Message]) -> str:
-    """The text a single-turn verifier grades: the last assistant message's content, with any
-    reasoning block removed (reasoning is never graded, only the answer after it)."""
+    """The text a single-turn verifier grades: the last assistant message's content, with every
+    reasoning block removed (reasoning is never graded, only the answer after it).
+
+    Reasoning is recognised wherever it appears, so tags cannot smuggle an answer past the rule:
+    the leading ``<think>...</think>`` (unclosed → everything is reasoning, no answer), then any
+    later complete ``<think>...</think>`` block, then everything before a stray ``</think>`` (its
+    opening tag was in the prompt), then a later ``<think>`` left open to the end."""
     from posttrain.models.chat_template import split_reasoning
 
     for m in reversed(messages):
         if m.get("role") == "assistant":
             content = m.get("content") or ""
+            if not isinstance(content, str):
+                return ""
             _, answer = split_reasoning(content)
-            return answer
+            answer = _THINK_BLOCK.sub(" ", answer)
+            if "</think>" in answer:
+                answer = answer.rsplit("</think>", 1)[1]
+            if "<think>" in answer:
+                answer = answer.split("<think>", 1)[0]
+            return answer.strip()
     return ""
 
 

@@ -1,8 +1,23 @@
-"""The ``code`` environment: write a Python function; reward = fraction of unit tests passed.
+"""The ``code`` environment: write a Python function; reward 1 when it passes every unit test.
 
 Tasks come from the offline task families in ``code_tasks.py`` (spec + signature + reference
 implementation + input generator); the tests compare the candidate's output with the reference
 output on generated inputs, at most 50 per task (docs/recipe.md §2.2).
+
+Reward (``CodeEnv(reward=...)``, settable from a recipe's ``envs[].args``):
+
+* ``"all"`` (default, the recipe's rule): 1 if the function passes *every* test, else 0. Partial
+  credit is what a policy farms: under the fraction rule ``return False`` earned 0.85 on one task,
+  and the best constant output per task averaged 0.23 over 40 validation tasks.
+* ``"fraction"``: the fraction of tests passed (for analysis or shaping, at your own risk).
+
+Hidden tests: the prompt shows ``N_EXAMPLES`` = 2 of a task's tests (``ground_truth["shown"]``
+lists which); grading runs all of them, so at least ``tests_per_task - 2`` tests are never shown.
+Tests are balanced (``code_tasks.max_same_output``): no expected output answers more than half
+of them, so a constant function fails at least 4 of them (``tests_per_task >= MIN_TESTS`` = 8), and
+so does one that hard-codes the shown examples and returns a constant otherwise. The best
+constant output per task averages 0 under ``"all"`` (``tests/reward_hacking/test_redteam_code.py``,
+``scripts/code_constant_baseline.py``).
 
 Grading a rollout:
 
@@ -42,6 +57,10 @@ INSTRUCTIONS = (
     "Reply with the complete function (with any imports it needs) in one ```python code block. "
     "Use only the Python standard library; the function must return its result, not print it."
 )
+
+N_EXAMPLES = 2  # tests shown in the prompt; the others are hidden
+MIN_TESTS = 8  # fewer tests could let "examples + a constant" pass every hidden test
+REWARD_MODES = ("all", "fraction")
 
 # Per task: each call gets CALL_TIMEOUT_S; the whole process (all tests) gets the limits below.
 CALL_TIMEOUT_S = 1.0
@@ -103,8 +122,11 @@ def outputs_match(expected: Any, got: Any, rel_tol: float = 1e-6) -> bool:
     return type(expected) is type(got) and expected == got
 
 
-def grade(result: CallsResult, expected: list[Any]) -> VerifyResult:
-    """Reward = fraction of tests whose output matches; the reason names the first failure."""
+def grade(result: CallsResult, expected: list[Any], reward: str = "all") -> VerifyResult:
+    """Reward 1 if every output matches (``reward="all"``), or the fraction of tests whose output
+    matches (``reward="fraction"``); the reason names the first failure."""
+    if reward not in REWARD_MODES:
+        raise ValueError(f"reward must be one of {REWARD_MODES}, got {reward!r}")
     n = len(expected)
     components = {"tests_passed": 0.0, "tests_total": float(n)}
     if result.exec.status is Status.SANDBOX_ERROR:
@@ -123,7 +145,21 @@ def grade(result: CallsResult, expected: list[Any]) -> VerifyResult:
     reason = f"passed {passed}/{n} tests{first_failure}"
     if result.exec.status is not Status.OK:
         reason += f" ({result.exec.status.value}: {result.exec.reason})"
-    return VerifyResult(passed / n if n else 0.0, components, reason)
+    if reward == "fraction":
+        return VerifyResult(passed / n if n else 0.0, components, reason)
+    return VerifyResult(1.0 if n and passed == n else 0.0, components, reason)
+
+
+def best_constant_reward(expected: list[Any], reward: str = "all") -> float:
+    """The reward of the best constant function on a task with these expected outputs: an upper
+    bound on what returning one fixed value can earn (only an expected value can match, so the
+    candidates are the expected outputs themselves). Pure; no sandbox."""
+    if not expected:
+        return 0.0
+    best = max(sum(outputs_match(e, c) for e in expected) for c in expected)
+    if reward == "fraction":
+        return best / len(expected)
+    return 1.0 if best == len(expected) else 0.0
 
 
 def pick_examples(problem: code_tasks.CodeProblem, k: int) -> list[int]:
@@ -140,7 +176,7 @@ def pick_examples(problem: code_tasks.CodeProblem, k: int) -> list[int]:
     return picked
 
 
-def render_prompt(problem: code_tasks.CodeProblem, n_examples: int = 2) -> str:
+def render_prompt(problem: code_tasks.CodeProblem, n_examples: int = N_EXAMPLES) -> str:
     """The user message: signature, spec, two worked examples, and the answer format."""
     fam = problem.family
     picks = pick_examples(problem, n_examples)
@@ -157,7 +193,7 @@ def problem_to_task(problem: code_tasks.CodeProblem) -> Task:
         domain="code",
         messages=[{"role": "user", "content": render_prompt(problem)}],
         ground_truth={"entry": problem.family.entry, "inputs": problem.inputs,
-                      "expected": problem.expected},
+                      "expected": problem.expected, "shown": pick_examples(problem, N_EXAMPLES)},
         metadata={"family": problem.family.name, "difficulty": problem.family.difficulty,
                   "params": problem.params, "reference": problem.family.reference.__name__},
     )
@@ -185,13 +221,19 @@ class CodeEnv(Environment):
         call_timeout_s: float = CALL_TIMEOUT_S,
         limits: Limits = TASK_LIMITS,
         allow_unisolated: bool = False,
+        reward: str = "all",
     ) -> None:
         """``sandbox``: defaults to the process-wide shared one (one slot per core), built with
         ``allow_unisolated``; a sandbox passed in follows its own ``allow_unisolated``.
         ``allow_unisolated``: grade even where the sandbox cannot isolate model code (not root,
-        namespaces refused); without it such an environment refuses to start."""
-        if not 1 <= tests_per_task <= code_tasks.MAX_TESTS:
-            raise ValueError(f"tests_per_task must be in [1, {code_tasks.MAX_TESTS}]")
+        namespaces refused); without it such an environment refuses to start. ``reward``: "all"
+        (1 only if every test passes) or "fraction" (share of tests passed)."""
+        if not MIN_TESTS <= tests_per_task <= code_tasks.MAX_TESTS:
+            raise ValueError(f"tests_per_task must be in [{MIN_TESTS}, {code_tasks.MAX_TESTS}]"
+                             f", got {tests_per_task}")
+        if reward not in REWARD_MODES:
+            raise ValueError(f"reward must be one of {REWARD_MODES}, got {reward!r}")
+        self.reward = reward
         self._sandbox = sandbox
         self.allow_unisolated = allow_unisolated
         self.tests_per_task = tests_per_task
@@ -225,4 +267,4 @@ class CodeEnv(Environment):
             return VerifyResult(0.0, components, why)
         result = self.sandbox.run_calls(code, truth["entry"], truth["inputs"],
                                         call_timeout_s=self.call_timeout_s, limits=self.limits)
-        return grade(result, truth["expected"])
+        return grade(result, truth["expected"], self.reward)

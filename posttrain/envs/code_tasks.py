@@ -618,17 +618,53 @@ def make_problem(family_name: str, k: int, n_tests: int = DEFAULT_TESTS) -> Code
     params = fam.params(rng)
     seen: set[str] = set()
     inputs: list[list[Any]] = []
+    expected: list[Any] = []
+    counts: dict[str, int] = {}
+    cap = max_same_output(n_tests)
+    deferred: list[tuple[list[Any], Any]] = []  # random tests whose output was already at the cap
     candidates = iter(fam.edges(params))
-    for _ in range(20 * n_tests):  # random inputs repeat for small domains; stop eventually
-        args = next(candidates, None) or fam.inputs(rng, params)
+    for _ in range(50 * n_tests):  # random inputs repeat for small domains; stop eventually
+        edge = next(candidates, None)
+        args = edge or fam.inputs(rng, params)
         key = repr(args)
-        if key not in seen:
-            seen.add(key)
-            inputs.append(canonical(list(args)))
+        if key in seen:
+            continue
+        seen.add(key)
+        test = canonical(list(args))
+        out = canonical(fam.reference(*_copy(test), **params))
+        out_key = repr(out)
+        if edge is None and counts.get(out_key, 0) >= cap:
+            deferred.append((test, out))  # balance: "return False" must not pass most tests
+            continue
+        counts[out_key] = counts.get(out_key, 0) + 1
+        inputs.append(test)
+        expected.append(out)
         if len(inputs) == n_tests:
             break
-    expected = [canonical(fam.reference(*_copy(args), **params)) for args in inputs]
+    for test, out in deferred[: n_tests - len(inputs)]:  # a family that cannot be balanced
+        inputs.append(test)
+        expected.append(out)
     return CodeProblem(task_id, fam, params, inputs, expected)
+
+
+def max_same_output(n_tests: int) -> int:
+    """How many of a task's ``n_tests`` tests may share one expected output: half, rounded up.
+
+    Tests are drawn until they are balanced this way (edge cases always stay), so a constant
+    function passes at most half the tests, and with ``n_tests >= 8`` at least 4 tests disagree
+    with any constant, so "hard-code the prompt's examples, return a constant otherwise" fails
+    a hidden test too. ``distinct_output_margin`` measures it; the tests check every task.
+    """
+    return -(-n_tests // 2)
+
+
+def distinct_output_margin(expected: list[Any]) -> int:
+    """The number of tests whose output differs from the most common output: how many tests any
+    constant function fails at least."""
+    counts: dict[str, int] = {}
+    for out in expected:
+        counts[repr(out)] = counts.get(repr(out), 0) + 1
+    return len(expected) - max(counts.values(), default=0)
 
 
 def _copy(args: list[Any]) -> list[Any]:

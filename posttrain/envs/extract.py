@@ -10,8 +10,13 @@ Final math answer — ``extract_math_answer``, rules tried in this order, first 
   2. the last answer marker ("Answer:", "answer is", "Final answer =", any case); the rest of
      that line up to its first sentence end (". "), or the next non-empty line when the marker
      ends its line; markdown emphasis, ``$...$`` and a final full stop are stripped;
-  3. the last number in the text (integer, decimal, fraction ``a/b``, thousands commas).
-  Nothing found → ``None`` (the verifier gives reward 0, reason "no_answer"). Rules 1–2 count as
+  3. the last number in the text (integer, decimal, fraction ``a/b``, thousands commas), unless
+     the text is nothing but several numbers and separators ("1 2 3 4 5 6", "5 or 6": a list of
+     candidates, ``is_number_list``), which is no answer.
+  Nothing found → ``None`` (the verifier gives reward 0, reason "no_answer").
+  Decoration around the answer is removed (``_strip_decoration``): markdown emphasis, ``$``,
+  ``\\(..\\)``, a final full stop, wrapping quotes ('The answer is "6".', ‘6’, «6»), one pair of
+  wrapping parentheses ("(6)"), a leading "+", and full-width digits (NFKC). Rules 1–2 count as
   following the requested format; rule 3 is a fallback the verifier reports as format 0.
 
 Multiple-choice letter — ``extract_choice``:
@@ -21,6 +26,9 @@ Multiple-choice letter — ``extract_choice``:
   2. letters in that segment: a leading letter (any case), bracketed or ``X)`` letters (any case),
      and bare capital letters — except after a closed leading letter such as "B)" or "(B)",
      where the rest is option text ("B) 4 kg A ..." names only B);
+     A segment that is only single letters joined by separators, "or" or "and" ("a b c d",
+     "a or b") counts every letter, in any case; a last line labelled like an option ("D) 12 m/s")
+     right after another such line is the option list, not a choice ("ambiguous");
   3. one distinct letter → that letter; several → "ambiguous" (no credit for hedging); none →
      when the options are given and the segment equals one option's text, that option; else
      "no_answer".
@@ -39,6 +47,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import unicodedata
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
@@ -80,16 +89,27 @@ def after_last_marker(text: str, marker: re.Pattern[str] = MATH_MARKER) -> str |
     return None
 
 
+# Quote marks that may wrap a whole answer: "6", '6', “6”, ‘6’, «6», „6“.
+_QUOTE_PAIRS = {'"': '"', "'": "'", "\u201c": "\u201d", "\u2018": "\u2019", "\u00ab": "\u00bb",
+                "\u201e": "\u201c"}
+
+
 def _strip_decoration(s: str) -> str:
-    """Remove markdown emphasis, math delimiters and a trailing full stop around an answer."""
-    s = s.translate(_UNICODE_MINUS).strip()
-    for _ in range(3):  # decorations nest: "**$42$**."
+    """Remove markdown emphasis, math delimiters, wrapping quotes or parentheses and a trailing
+    full stop around an answer."""
+    s = unicodedata.normalize("NFKC", s).translate(_UNICODE_MINUS).strip()
+    for _ in range(4):  # decorations nest: "**$42$**.", '**"6"**.'
         s = s.strip().strip("*_`").strip()
         s = re.sub(r"^\\[\[(]|\\[\])]$", "", s).strip()
         if len(s) >= 2 and s[0] == s[-1] == "$":
             s = s.strip("$").strip()
         s = re.sub(r"\.$", "", s).strip()
-    # "- 3" is read as 3 by math_verify; a leading sign belongs to the number.
+        if len(s) >= 2 and _QUOTE_PAIRS.get(s[0]) == s[-1]:
+            s = s[1:-1].strip()
+        if len(s) >= 2 and s[0] == "(" and s[-1] == ")" and "(" not in s[1:-1] and ")" not in s[1:-1]:
+            s = s[1:-1].strip()  # "(6)"; "(2, 3)" stays a pair and is not a number
+    # "- 3" is read as 3 by math_verify; a leading sign belongs to the number; "+6" is 6.
+    s = re.sub(r"^\+\s*(?=\d)", "", s)
     return re.sub(r"^-\s+(?=\d)", "-", s)
 
 
@@ -125,9 +145,19 @@ def extract_math_answer(text: str) -> MathAnswer | None:
         if cleaned:
             return MathAnswer(cleaned, "answer_marker")
     numbers = _NUMBER.findall(text)
+    if len(numbers) > 1 and is_number_list(text):
+        return None  # "1 2 3 4 5 6" lists candidates; it does not commit to one
     if numbers:
         return MathAnswer(re.sub(r"\s+", "", numbers[-1]), "last_number")
     return None
+
+
+def is_number_list(text: str) -> bool:
+    """True when ``text`` is nothing but numbers and separators (spaces, punctuation, "or",
+    "and"): a list of candidates such as "1 2 3 4 5 6" or "5 or 6", not an answer."""
+    rest = _NUMBER.sub(" ", unicodedata.normalize("NFKC", text))
+    rest = re.sub(r"\b(?:or|and)\b", " ", rest, flags=re.I)
+    return not re.search(r"[^\s,;.:|/()\[\]{}*_`$-]", rest)
 
 
 # --------------------------------------------------------------------------- multiple choice
@@ -142,6 +172,10 @@ class Choice:
 _LEAD = re.compile(r"^[\s*_(\[{]*([A-Za-z])(?![A-Za-z0-9'])\s*([)\]}.:]?)")
 _BRACKETED = re.compile(r"[(\[]\s*([A-Za-z])\s*[)\]]|(?<![A-Za-z0-9])([A-Za-z])\)")
 _BARE_CAPITAL = re.compile(r"(?<![A-Za-z0-9'])([A-Z])(?![A-Za-z0-9'])")
+# A segment that is nothing but single letters joined by punctuation, spaces, "or" / "and".
+_LIST_SEP = r"[\s.,;:/|()\[\]{}*_-]+"
+_LETTER_LIST = re.compile(
+    rf"[\s*_(\[{{]*[A-Za-z](?:{_LIST_SEP}(?:(?:or|and){_LIST_SEP})?[A-Za-z])+[\s.,;:)\]}}*_!?]*", re.I)
 _LONE_LETTER = re.compile(r"^[\s*_(\[{]*[A-Za-z]\s*[)\]}.:]?[\s*_]*$")
 
 
@@ -166,6 +200,13 @@ def _letters_in(segment: str, valid: str) -> set[str]:
     return {x for x in found if x in valid}
 
 
+def _labels_option(line: str, valid: str) -> bool:
+    """Does ``line`` start like an option label ("C) 161 m/s", "(C) ...")?"""
+    lead = _LEAD.match(line)
+    return bool(lead and lead.group(1).upper() in valid
+                and (lead.group(2) or line.lstrip(" *_").startswith(("(", "["))))
+
+
 def extract_choice(
     text: str, valid: str = "ABCD", options: Mapping[str, str] | None = None
 ) -> Choice:
@@ -181,8 +222,15 @@ def extract_choice(
         starts_closed = bool(lead and (lead.group(2) or last.lstrip(" *_").startswith(("(", "["))))
         if not (is_lone or starts_closed):
             return Choice(None, "no_answer")
+        if len(lines) > 1 and starts_closed and _labels_option(lines[-2], valid):
+            return Choice(None, "ambiguous")  # "C) ...\nD) ...": the options listed, not one chosen
         segment = last
-    letters = _letters_in(segment, valid)
+    listed = _LETTER_LIST.fullmatch(segment.strip())
+    if listed:  # "a b c d", "a or b", "b. or c": a list of letters in any case hedges
+        letters = {x.upper() for x in re.findall(r"[A-Za-z]+", segment)
+                   if len(x) == 1 and x.upper() in valid}
+    else:
+        letters = _letters_in(segment, valid)
     if len(letters) == 1:
         return Choice(letters.pop(), "ok")
     if len(letters) > 1:

@@ -22,7 +22,7 @@ characters (~1.2k tokens), small enough for the CPU model; ``n_docs`` (7–25) a
 ``filler_sentences`` (0–8, one sentence ≈ 10 words) scale it.
 
 Verification is deterministic: the text after the last "Answer:" is parsed as a whole number
-(thousands separators allowed) or, for names, by finding the task's company names in it in order of
+(thousands separators allowed; exactly one number, so a list led by the answer earns nothing) or, for names, by finding the task's company names in it in order of
 appearance (so "A, B and C", "A > B > C" and "**Answer:** the winner is A." all work, and naming an
 extra company fails). Optional judge mode (``judge=`` a judge or a ``make_judge`` spec; off by
 default): when the deterministic check fails, e.g. a free-form answer with no parsable "Answer:"
@@ -299,6 +299,8 @@ def grade_answer(reply: str, ground_truth: dict[str, Any]) -> tuple[bool, str]:
         value = parse_number(answer)
         if value is None:
             return False, f"no number in answer {answer[:40]!r}"
+        if len(_NUMBER_RE.findall(answer)) > 1:  # "2857, 2858, 2859": a list, not an answer
+            return False, f"several numbers in answer {answer[:40]!r}"
         return value == truth, f"answered {value:g}, expected {truth}"
     names = names_in_order(answer, ground_truth["candidates"])
     if not names:

@@ -79,9 +79,13 @@ def test_grade_counts_matches_and_names_the_first_failure():
     outcomes = [CallOutcome("ok", 1), CallOutcome("ok", 5), CallOutcome("timeout", detail="t"),
                 CallOutcome("ok", [3])]
     result = grade(CallsResult(ok, outcomes), [1, 2, 3, [3]])
-    assert result.reward == 0.5
+    assert result.reward == 0.0  # the default rule: every test must pass
     assert result.components == {"tests_passed": 2.0, "tests_total": 4.0}
     assert "first failure: test 1 wrong answer: 5" in result.reason
+    assert grade(CallsResult(ok, outcomes), [1, 2, 3, [3]], reward="fraction").reward == 0.5
+    assert grade(CallsResult(ok, outcomes[:1]), [1]).reward == 1.0
+    with pytest.raises(ValueError):
+        grade(CallsResult(ok, outcomes), [1, 2, 3, [3]], reward="partial")
     load_failed = grade(CallsResult(ok, [CallOutcome("missing")], load_error="NameError: x"), [1])
     assert load_failed.reward == 0.0 and "failed to load" in load_failed.reason
     broken = ExecResult(Status.SANDBOX_ERROR, None, "", "", 0.0, "zygote died")
@@ -137,7 +141,7 @@ def test_reference_lookup_solves_one_task_of_every_family(env):
         assert result.reward == 1.0, (task.id, result.reason)
 
 
-def test_partial_credit_and_failures(env):
+def test_all_or_nothing_and_failures(env):
     task = problem_to_task(code_tasks.make_problem("reverse_words", 0))
     right = "```python\ndef reverse_words(s):\n    return ' '.join(reversed(s.split()))\n```"
     assert env.verify(task, answer(right)).reward == 1.0
@@ -146,10 +150,13 @@ def test_partial_credit_and_failures(env):
     assert env.verify(task, with_reasoning).reward == 1.0  # reasoning is not graded
     naive = "```python\ndef reverse_words(s):\n    return ' '.join(reversed(s.split(' ')))\n```"
     partial = env.verify(task, answer(naive))
-    assert 0.0 < partial.reward < 1.0 and "wrong answer" in partial.reason
     n = len(task.ground_truth["expected"])
-    assert partial.components["tests_total"] == n
-    assert partial.components["tests_passed"] == round(partial.reward * n)
+    assert partial.reward == 0.0 and "wrong answer" in partial.reason  # all tests or nothing
+    assert 0 < partial.components["tests_passed"] < n == partial.components["tests_total"]
+    fraction = CodeEnv(sandbox=env.sandbox, limits=env.limits, call_timeout_s=0.5,
+                       reward="fraction").verify(task, answer(naive))
+    assert 0.0 < fraction.reward < 1.0  # partial credit only when asked for
+    assert fraction.components["tests_passed"] == round(fraction.reward * n)
     for text, reason in [("no idea", "no ```python"), ("```python\ndef reverse_words(s:\n```",
                                                        "syntax error"),
                          ("```python\ndef other(s):\n    return s\n```", "failed to load")]:

@@ -169,7 +169,7 @@ def test_reference_response_is_known_correct(env, train_tasks):
     for task in train_tasks:
         result = env.verify(task, _reply(task.metadata["reference_response"]))
         assert result.reward == 1.0, (task.ground_truth, result.reason)
-        assert set(result.components) == set(task.metadata["kinds"])
+        assert set(result.components) == set(task.metadata["kinds"]) | {"substance"}
 
 
 def test_known_wrong_answer_names_the_failing_constraint(env):
@@ -309,3 +309,52 @@ def test_multiturn_without_judge_says_so(mt_tasks):
     task = mt_tasks[0]
     with pytest.raises(RuntimeError, match="judge"):
         InstructionMultiTurnEnv().verify(task, _reply(task.metadata["reference_response"]))
+
+
+# --------------------------------------------------------------------------- substance (issue 12, item 5)
+
+
+def test_ok_scores_zero_on_every_training_task(env):
+    """"ok." used to score 1.0 on 24 of 2,000 training tasks (e.g. an all-lowercase email of at
+    most 150 words): the constraints held, and nothing checked that the reply did the task."""
+    tasks = env.tasks("train")
+    assert len(tasks) == 2000
+    for lazy in ("ok.", "ok", "sure thing", "done"):
+        scored = [t.id for t in tasks if env.verify(t, _reply(lazy)).reward > 0]
+        assert scored == [], (lazy, len(scored))
+
+
+def test_substance_rule():
+    from posttrain.envs.instruction.substance import MIN_WORDS, check_substance, min_words, topic_words
+
+    words = topic_words("school lunches")
+    assert words == ("school", "lunches")
+    prompt = "Write an email about school lunches for your neighbours."
+    good = ("dear neighbours, the school menu changes next month. the cafeteria will serve warm soup "
+            "on mondays and fresh fruit every day, and parents can volunteer at the lunch counter.")
+    assert check_substance(good, prompt, words).ok  # "lunch" matches "lunches"
+    assert not check_substance("ok.", prompt, words).ok
+    off_topic = ("the weather this week will be mild with light rain on tuesday and sunshine "
+                 "returning by the weekend so bring an umbrella just in case it pours.")
+    assert "topic" in check_substance(off_topic, prompt, words).reason
+    echo = " ".join([prompt] * 5)
+    assert "not taken from the prompt" in check_substance(echo, prompt, words).reason
+    assert not check_substance("school lunches " * 20, prompt, words).ok
+    assert check_substance(good.upper(), prompt, words).ok  # case-insensitive (all-caps rules)
+    assert min_words([WordCount(high=10)]) == 10 and min_words([]) == MIN_WORDS
+    assert topic_words("learning a new language") == ("language",)
+    baking = ("my grandmother taught me to bake bread with a jar of bubbly starter that she fed "
+              "every morning before work and kept warm beside the stove in winter")
+    assert check_substance(baking, "Write a poem about sourdough baking.", topic_words("sourdough baking")).ok
+    keyword_only = ("here are a few thoughts about lighthouses and the ticket deserves a closer look "
+                    "while the balcony deserves a closer look too in every season")
+    assert not check_substance(keyword_only, "Write about old movie theaters. Include ticket and balcony.",
+                               topic_words("old movie theaters")).ok  # keywords alone are not the topic
+
+
+def test_echo_of_the_prompt_scores_zero(env):
+    """Echoes of the prompt scored on some tasks; with one sentence added, on 47 of 2,000."""
+    for task in env.tasks("train"):
+        prompt = task.messages[0]["content"]
+        for text in (prompt, prompt + "\nWell honestly that sums up everything quite nicely friends"):
+            assert env.verify(task, _reply(text)).reward == 0.0, prompt

@@ -102,6 +102,22 @@ def test_last_number_fallback_is_graded_but_flagged_as_format_0(env):
     assert result.reward == 1.0 and result.components["format"] == 0.0
 
 
+def test_echo_of_the_question_scores_zero():
+    """Repeating the question used to score 1.0 on 95 of 2,000 training tasks (the last-number
+    fallback read the question's last number: "LCM of 3 and 12", "5 * 1", "0 + 7")."""
+    from posttrain.envs.math_env import ANSWER_INSTRUCTION, MathEnv
+
+    env = MathEnv()
+    for t in env.tasks("train", n=2000):
+        question = t.messages[0]["content"].replace(ANSWER_INSTRUCTION, "").strip()
+        assert env.verify(t, reply(question)).reward == 0.0, question
+    lcm = Task("x", "math", [{"role": "user", "content": "Find the LCM of 3 and 12.\n\n" + ANSWER_INSTRUCTION}], "12")
+    assert env.verify(lcm, reply("Find the LCM of 3 and 12.")).reason == "echoes_question"
+    assert env.verify(lcm, reply("12")).reward == 1.0  # a bare answer is no echo
+    assert env.verify(lcm, reply("The LCM of 3 and 12 is 12")).reward == 1.0
+    assert env.verify(lcm, reply("3 and 12 give 12")).reward == 1.0
+
+
 def test_reasoning_is_never_graded(env):
     wrong_final = env.verify(task("7"), reply("<think>Answer: 7</think>\nAnswer: 8"))
     right_final = env.verify(task("7"), reply("<think>maybe 8? Answer: 8</think>\nAnswer: 7"))

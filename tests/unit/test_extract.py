@@ -3,6 +3,7 @@
 import pytest
 
 from posttrain.envs.extract import (
+    Choice,
     content_id,
     extract_choice,
     extract_json,
@@ -38,6 +39,16 @@ from posttrain.envs.extract import (
         ("the total is 1,234 apples", "1,234", "last_number"),
         ("x = 3/ 4", "3/4", "last_number"),
         ("\\boxed{5", "5", "last_number"),  # unclosed box: fall through
+        # issue 12 item 6: quoted and other unusual-but-valid forms (false negatives before)
+        ('The answer is "6".', "6", "answer_marker"),
+        ("Answer: '6'", "6", "answer_marker"),
+        ("Answer: \u201c6\u201d", "6", "answer_marker"),
+        ("Answer: \u00ab6\u00bb", "6", "answer_marker"),
+        ('The answer is **"6"**.', "6", "answer_marker"),
+        ("Answer: (6)", "6", "answer_marker"),
+        ("Answer: +6", "6", "answer_marker"),
+        ("Answer: \uff16", "6", "answer_marker"),  # full-width digit
+        ('\\boxed{"6"}', "6", "boxed"),
     ],
 )
 def test_math_answer_rules(text, answer, rule):
@@ -46,7 +57,8 @@ def test_math_answer_rules(text, answer, rule):
     assert got.formatted == (rule != "last_number")
 
 
-@pytest.mark.parametrize("text", ["", "   ", "I do not know.", "Answer:", "\\boxed{}"])
+@pytest.mark.parametrize("text", ["", "   ", "I do not know.", "Answer:", "\\boxed{}",
+                                  "1 2 3 4 5 6", "1, 2, 3, 6.", "5 or 6", "1\n2\n3\n6"])
 def test_math_answer_none(text):
     assert extract_math_answer(text) is None
 
@@ -167,3 +179,17 @@ def test_take_split_raises_when_the_stream_runs_dry():
         take_split(iter(stream), "validation", 50, lambda x: x)
     with pytest.raises(ValueError, match="unknown split"):
         take_split(iter(stream), "test", 1, lambda x: x)
+
+
+@pytest.mark.parametrize("text", ["Answer: a b c d", "Answer: a, b, c, d", "Answer: a or b",
+                                  "answer: a/b/c/d", "Answer: b. or c", "Answer: (a) or (c)"])
+def test_lowercase_letter_lists_are_ambiguous(text):
+    """Lowercase letters after the first were not read, so "Answer: a or b" answered A."""
+    assert extract_choice(text) == Choice(None, "ambiguous")
+
+
+def test_an_echoed_option_list_is_not_a_choice():
+    """The question's options echoed ended in "D) ...", read as choosing D (501 of 2,000 tasks)."""
+    options = "A) 224 m/s\nB) 114 m/s\nC) 161 m/s\nD) 0.00875 m/s"
+    assert extract_choice(options) == Choice(None, "ambiguous")
+    assert extract_choice("v = f * wavelength = 224 m/s.\nA) 224 m/s").letter == "A"

@@ -6,20 +6,27 @@ combination is kept only if the scripted writer can satisfy it (the few word-cou
 combinations it cannot are redrawn), and the writer's text is stored as
 ``metadata["reference_response"]``.
 
-Reward: 1 when every constraint holds, else 0 (IFEval "strict" accuracy; no partial credit, so the
-policy cannot farm the easy constraints). ``components`` holds one 0/1 per constraint kind, so
+Reward: 1 when every constraint holds *and* the reply addresses the request, else 0 (IFEval "strict"
+accuracy; no partial credit, so the policy cannot farm the easy constraints). "Addresses the
+request" is the substance rule of ``substance.py``: at least 20 words (fewer only if a word-count
+rule caps the reply lower), at least one word of the topic's name ("school" or "lunches", or a
+form of them, for a text about school lunches; the keywords a keyword rule asks for do not count),
+at least 5 distinct words not taken from the prompt, and no run of 10 words copied from it. Without it, "ok." scored 1.0 on 24 of 2,000 training tasks (all lowercase, no commas, at
+most 150 words). ``components`` holds one 0/1 per constraint kind and ``substance``, so
 per-constraint pass rates can still be logged, and ``reason`` lists the failing ones. The graded text
-is ``final_answer_text``: the last assistant message with its reasoning block removed.
+is ``final_answer_text``: the last assistant message with its reasoning block removed. The stored
+reference response satisfies the constraints and the substance rule.
 """
 
 from __future__ import annotations
 
 import random
-from typing import Sequence
+from typing import Callable, Sequence
 
 from posttrain.envs.base import ENVIRONMENTS, Environment, Message, Split, Task, VerifyResult, final_answer_text
 from posttrain.envs.instruction.common import content_id, sample_tasks
 from posttrain.envs.instruction.constraints import Constraint, constraint_from_dict, sample_constraints
+from posttrain.envs.instruction.substance import check_substance, min_words, topic_words
 from posttrain.envs.instruction.topics import Topic, sample_request
 from posttrain.envs.instruction.writer import write_response
 
@@ -31,27 +38,42 @@ def rules_text(constraints: Sequence[Constraint]) -> str:
 
 
 def draw_satisfiable(
-    rng: random.Random, topic: Topic, n: int, exclude: Sequence[str] = ()
+    rng: random.Random, topic: Topic, n: int, exclude: Sequence[str] = (), prompt: Callable[[list[Constraint]], str] | None = None
 ) -> tuple[list[Constraint], str]:
-    """``n`` compatible constraints the scripted writer can satisfy, and the writer's response."""
+    """``n`` compatible constraints the scripted writer can satisfy, and the writer's response.
+
+    With ``prompt`` (constraints → the prompt they make), the response also satisfies the
+    substance rule for that prompt."""
     for _ in range(MAX_REDRAWS):
         constraints = sample_constraints(rng, n, topic.keywords, exclude)
-        reference = write_response(topic, constraints)
+        accept = None
+        if prompt is not None:
+            text, words, need = prompt(constraints), topic_words(topic), min_words(constraints)
+            accept = lambda reply: check_substance(reply, text, words, need).ok  # noqa: E731
+        reference = write_response(topic, constraints, accept)
         if reference is not None:
             return constraints, reference
     raise RuntimeError(f"no satisfiable set of {n} constraints for {topic.name!r} in {MAX_REDRAWS} draws")
 
 
-def grade_constraints(constraints: Sequence[Constraint], text: str) -> VerifyResult:
-    """1 if ``text`` satisfies every constraint, else 0; one 0/1 component per constraint kind."""
+def grade_constraints(
+    constraints: Sequence[Constraint], text: str, prompt: str | None = None, topic: Sequence[str] = ()
+) -> VerifyResult:
+    """1 if ``text`` satisfies every constraint (and, when ``prompt`` is given, the substance rule
+    against that prompt and ``topic`` words), else 0; one 0/1 component per constraint kind, plus
+    ``substance``."""
     if not text.strip():
-        return VerifyResult(0.0, {c.kind: 0.0 for c in constraints}, "empty answer")
+        empty = {c.kind: 0.0 for c in constraints}
+        return VerifyResult(0.0, empty if prompt is None else {**empty, "substance": 0.0}, "empty answer")
     checks = {c.kind: c.evaluate(text) for c in constraints}
+    if prompt is not None:
+        checks["substance"] = check_substance(text, prompt, topic, min_words(constraints))
     failed = [f"{kind} ({check.reason})" for kind, check in checks.items() if not check.ok]
     components = {kind: float(check.ok) for kind, check in checks.items()}
     if failed:
         return VerifyResult(0.0, components, "failed: " + "; ".join(failed))
-    return VerifyResult(1.0, components, f"all {len(checks)} constraints hold")
+    n = len(constraints)
+    return VerifyResult(1.0, components, f"all {n} constraints hold" + (" and the reply addresses the request" if prompt is not None else ""))
 
 
 def constraints_of(task: Task) -> list[Constraint]:
@@ -78,11 +100,8 @@ class InstructionEnv(Environment):
     def make_task(self, rng: random.Random) -> Task:
         request = sample_request(rng)
         n = rng.randint(self.min_constraints, self.max_constraints)
-        constraints, reference = draw_satisfiable(rng, request.topic, n)
-        prompt = (
-            f"{request.text}\n\nYour response must follow these rules:\n{rules_text(constraints)}\n\n"
-            "Your whole reply is checked against these rules, so reply with the requested text only."
-        )
+        constraints, reference = draw_satisfiable(rng, request.topic, n, prompt=lambda cs: make_prompt(request.text, cs))
+        prompt = make_prompt(request.text, constraints)
         ground_truth = {"constraints": [c.to_dict() for c in constraints]}
         return Task(
             id=content_id(self.name, {"prompt": prompt, "ground_truth": ground_truth}),
@@ -98,4 +117,17 @@ class InstructionEnv(Environment):
         )
 
     def verify(self, task: Task, messages: list[Message]) -> VerifyResult:
-        return grade_constraints(constraints_of(task), final_answer_text(messages))
+        return grade_constraints(constraints_of(task), final_answer_text(messages),
+                                 prompt=user_text(task), topic=topic_words(task.metadata.get("topic")))
+
+
+def make_prompt(request_text: str, constraints: Sequence[Constraint]) -> str:
+    return (
+        f"{request_text}\n\nYour response must follow these rules:\n{rules_text(constraints)}\n\n"
+        "Your whole reply is checked against these rules, so reply with the requested text only."
+    )
+
+
+def user_text(task: Task) -> str:
+    """Everything the user said in the task (what the substance rule's "own words" excludes)."""
+    return "\n".join(str(m.get("content") or "") for m in task.messages if m.get("role") == "user")

@@ -23,7 +23,10 @@ the constraint registry and reported as components (one 0/1 per kind):
            = 0             otherwise (the judge is then not asked: its answer could not change it)
 
 so the judge can only grade *down* what the program verified (topic, kind of text, tone, coherence)
-and never reward a reply that breaks a checkable rule. ``components["judge"]`` is the judge's score
+and never reward a reply that breaks a checkable rule. "Every rule" includes the substance rule
+(``substance.py``: at least 20 words, a word of the latest request's topic, 5 distinct words not
+taken from the user's turns, no 10-word run copied from them), so a judge is never asked about
+"ok." or an echo of the request. ``components["judge"]`` is the judge's score
 when it was asked.
 
 The judge is given to the constructor as a judge object or a spec string for ``make_judge``, which
@@ -41,7 +44,8 @@ from posttrain.envs.instruction.common import Judge, LazyJudge, content_id, judg
 from posttrain.envs.instruction.constraints import (
     CONSTRAINTS, Constraint, compatible, conflicting, constraint_from_dict, sample_constraints,
 )
-from posttrain.envs.instruction.env import draw_satisfiable, grade_constraints, rules_text
+from posttrain.envs.instruction.env import draw_satisfiable, grade_constraints, rules_text, user_text
+from posttrain.envs.instruction.substance import check_substance, min_words, topic_words
 from posttrain.envs.instruction.topics import TONES, Request, Topic, sample_request
 from posttrain.envs.instruction.writer import write_response
 from posttrain.envs.judge import build_judge_prompt
@@ -204,6 +208,11 @@ class InstructionMultiTurnEnv(Environment):
             messages.append({"role": "user", "content": later_turn(new_request, change)})
             if turn < n_later - 1:
                 messages.append({"role": "assistant", "content": reply})
+        # The stored reference for the final turn also satisfies the substance rule.
+        final_prompt = "\n".join(m["content"] for m in messages if m["role"] == "user")
+        words, need = topic_words(request.topic), min_words(rules)
+        reply = write_response(request.topic, rules,
+                               lambda text: check_substance(text, final_prompt, words, need).ok) or reply
         ground_truth = {
             "constraints": [c.to_dict() for c in rules],
             "dropped": [c.to_dict() for c in dropped],
@@ -221,7 +230,8 @@ class InstructionMultiTurnEnv(Environment):
     def verify(self, task: Task, messages: list[Message]) -> VerifyResult:
         reply = final_answer_text(messages)
         rules = [constraint_from_dict(d) for d in task.ground_truth["constraints"]]
-        checked = grade_constraints(rules, reply)
+        checked = grade_constraints(rules, reply, prompt=user_text(task),
+                                    topic=topic_words(task.ground_truth["request"]["topic"]))
         if checked.reward < 1.0:
             return VerifyResult(0.0, checked.components, f"{checked.reason}; judge not asked")
         verdict = self.judge.get().judge(judge_prompt(task, reply))

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 from posttrain.envs.instruction.constraints import Constraint
 from posttrain.envs.instruction.topics import Topic
@@ -151,14 +151,17 @@ class Draft:
         return text
 
 
-def write_response(topic: Topic, constraints: Sequence[Constraint]) -> str | None:
-    """The shortest scripted response passing every constraint, or None if the fill loop fails."""
+def write_response(
+    topic: Topic, constraints: Sequence[Constraint], accept: Callable[[str], bool] | None = None
+) -> str | None:
+    """The shortest scripted response passing every constraint (and ``accept``, when given, e.g.
+    the substance rule), or None if the fill loop fails."""
     draft = Draft(topic)
     for c in constraints:
         c.shape(draft)
     fillers = draft.fillers()
     for k in range(max(0, draft.blocks - len(draft.sentences)), MAX_FILLERS + 1):  # no empty block
         text = draft.render(fillers[:k])
-        if all(c.check(text) for c in constraints):
+        if all(c.check(text) for c in constraints) and (accept is None or accept(text)):
             return text
     return None

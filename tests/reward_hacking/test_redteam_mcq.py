@@ -1,0 +1,6 @@
+"""Reward-hacking red team: `mcq`. Every case of `posttrain.envs.redteam` for this environment
+(and the generic ones) must earn exactly its expected reward on every task it applies to."""
+
+from redteam_helpers import make_suite
+
+env_and_tasks, test_red_team_case = make_suite("mcq")
