@@ -147,6 +147,20 @@ EngineConfig = Annotated[
 ]
 
 
+def fill_default_types(cls: type[StrictModel], v: Any) -> Any:
+    """A plug-in given as settings without ``type`` (``algo.loss.clip_high=0.3`` on the command
+    line) keeps the field's default plug-in: ``type`` is filled in from the default."""
+    if not isinstance(v, dict):
+        return v
+    for name, field in cls.model_fields.items():
+        value = v.get(name)
+        if isinstance(value, dict) and "type" not in value and field.default_factory is not None:
+            default = field.default_factory()  # type: ignore[call-arg]
+            if isinstance(getattr(default, "type", None), str):
+                v = {**v, name: {**value, "type": default.type}}
+    return v
+
+
 def renamed(section: str, old: str, new: str, example: str) -> ValueError:
     """The error a recipe in a retired spelling gets: what to write instead."""
     return ValueError(f"{section}.{old} was folded into {section}.{new}; write {section}.{new}: {example}")

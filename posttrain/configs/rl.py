@@ -8,7 +8,8 @@ from pydantic import Field, field_validator, model_validator
 
 from posttrain.configs.base import StrictModel
 from posttrain.configs.plugins import (AdvantageConfig, EngineConfig, GRPOAdvantageConfig, HFEngineConfig,
-                                       LossConfig, LossTermConfig, PGLossConfig, renamed)
+                                       LossConfig, LossTermConfig, PGLossConfig, fill_default_types,
+                                       renamed)
 from posttrain.configs.train import LoopConfig, MoEConfig, OptimConfig
 
 
@@ -89,7 +90,7 @@ class RolloutConfig(StrictModel):
     def _retired(cls, v: Any) -> Any:
         if isinstance(v, dict) and "engine_args" in v:
             raise renamed("rollout", "engine_args", "engine", "{type: vllm, gpu_memory_utilization: 0.3}")
-        return v
+        return fill_default_types(cls, v)
 
 
 class AlgoConfig(StrictModel):
@@ -121,7 +122,7 @@ class AlgoConfig(StrictModel):
                               "(topk_kl_coef is now algo.loss_terms: [{type: topk_kl, coef: 0.1}])")
             if "advantage_args" in v:
                 raise renamed("algo", "advantage_args", "advantage", "{type: grpo, scale_by_std: false}")
-        return v
+        return fill_default_types(cls, v)
 
     @field_validator("loss")
     @classmethod

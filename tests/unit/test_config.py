@@ -53,9 +53,17 @@ def test_misspelt_plugin_argument_fails_at_load_with_one_line_naming_the_field(t
                                           "algo.loss_terms=[{type: topk_kl, coef: -1}]"])
     with pytest.raises(ConfigError, match="'grpo', 'mopd'"):  # an unknown type lists the known ones
         load_config(RLConfig, None, ["algo.advantage=ppo"])
+    with pytest.raises(ConfigError, match=r"algo\.loss\.pg\.clip_hihg: unknown field"):  # dotted, as typed on a CLI
+        load_config(RLConfig, None, ["algo.loss.clip_hihg=0.3"])
     assert not run_dir.exists()
     cfg = load_config(RLConfig, None, ["algo.loss={type: pg, clip_high: 0.3}", "algo.advantage=grpo"])
     assert cfg.algo.loss.clip_high == 0.3 and cfg.algo.advantage.scale_by_std is True
+    # a plug-in's settings without ``type`` keep the field's default plug-in (the stage's own default)
+    cfg = load_config(RLConfig, None, ["algo.loss.clip_high=0.3", "rollout.engine.max_prefill_tokens=64"])
+    assert cfg.algo.loss.type == "pg" and cfg.algo.loss.clip_high == 0.3 and cfg.rollout.engine.max_prefill_tokens == 64
+    d = load_config(DistillConfig, None, ["envs=[{name: math}]", "teachers.models=[{name: a, model: m}]",
+                                          "teachers.default=a", "algo.advantage.reward_coef=0.1"])
+    assert d.algo.advantage.type == "mopd" and d.algo.advantage.reward_coef == 0.1
 
 
 def test_retired_spellings_say_the_new_one():
