@@ -7,6 +7,9 @@ figures are means with their standard errors over the repeats.
 
 Each repeat, per version:
 
+Wall time and CPU time (``time.process_time``) are both recorded: with one thread the CPU time of
+a run is far less disturbed by other work on the machine than its wall time.
+
 * **GRPO**: ``grpo_vs_trl.run_posttrain`` (the embedded model, 8 prompts × 4 rollouts, 48 new
   tokens, fp32; one warm-up step, then ``--grpo-steps`` timed steps): mean s/step.
 * **SFT**: ``sft_throughput.posttrain_step`` on the embedded model (16 conversations a step, rows
@@ -47,8 +50,10 @@ assert posttrain.__file__.startswith(tree), posttrain.__file__
 if kind == "grpo":
     import grpo_vs_trl
     with tempfile.TemporaryDirectory() as d:
+        c0 = time.process_time()
         r = grpo_vs_trl.run_posttrain("embedded", steps, Path(d) / "run")
-    print(json.dumps({"s_per_step": r["s_per_step"], "rollouts_trained": r["rollouts_trained"]}))
+        cpu = time.process_time() - c0  # the whole run: load, warm-up step, timed steps
+    print(json.dumps({"s_per_step": r["s_per_step"], "rollouts_trained": r["rollouts_trained"], "cpu_s": cpu}))
 else:
     import sft_throughput as s
     from posttrain.models.loading import load_model
@@ -60,10 +65,10 @@ else:
     batches = [s.make_examples(tok, 16, seed=i) for i in range(steps + 1)]
     pad = tok.pad_token_id or 0
     s.posttrain_step(model, opt, batches[0], pad, 512, "fp32")
-    t, n = time.perf_counter(), 0
+    t, c, n = time.perf_counter(), time.process_time(), 0
     for ex in batches[1:]:
         n += s.posttrain_step(model, opt, ex, pad, 512, "fp32")
-    print(json.dumps({"tokens_per_s": n / (time.perf_counter() - t)}))
+    print(json.dumps({"tokens_per_s": n / (time.perf_counter() - t), "tokens_per_cpu_s": n / (time.process_time() - c)}))
 """
 
 
@@ -92,24 +97,28 @@ def main() -> int:
     subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(old_tree), args.old], check=True,
                    capture_output=True)
     load = [os.getloadavg()[0]]
-    figures: dict[str, dict[str, list[float]]] = {"old": {"grpo": [], "sft": []}, "new": {"grpo": [], "sft": []}}
+    keys = ("grpo", "grpo_cpu", "sft", "sft_cpu")
+    figures: dict[str, dict[str, list[float]]] = {v: {k: [] for k in keys} for v in ("old", "new")}
     try:
         for rep in range(args.repeats):
             for name, tree in (("old", old_tree), ("new", ROOT)):
                 g = run(tree, "grpo", args.grpo_steps)
                 s = run(tree, "sft", args.sft_steps)
-                figures[name]["grpo"].append(g["s_per_step"])
-                figures[name]["sft"].append(s["tokens_per_s"])
-                print(f"repeat {rep} {name}: grpo {g['s_per_step']:.1f} s/step ({g['rollouts_trained']:.1f} trained), "
-                      f"sft {s['tokens_per_s']:.1f} tokens/s", flush=True)
+                for k, v in (("grpo", g["s_per_step"]), ("grpo_cpu", g["cpu_s"]), ("sft", s["tokens_per_s"]),
+                             ("sft_cpu", s["tokens_per_cpu_s"])):
+                    figures[name][k].append(v)
+                print(f"repeat {rep} {name}: grpo {g['s_per_step']:.1f} s/step ({g['rollouts_trained']:.1f} trained; "
+                      f"{g['cpu_s']:.0f} CPU-s in all), sft {s['tokens_per_s']:.1f} tokens/s "
+                      f"({s['tokens_per_cpu_s']:.1f} per CPU-s)", flush=True)
                 load.append(os.getloadavg()[0])
     finally:
         subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old_tree)], capture_output=True)
     summary = {v: {k: mean_se(xs) for k, xs in f.items()} for v, f in figures.items()}
-    print(f"\n{'':6s} {'GRPO s/step':>18s} {'SFT tokens/s':>18s}   (mean ± se over {args.repeats} repeats, 1 thread)")
+    print(f"\n{'':6s}" + "".join(f"{h:>20s}" for h in ("GRPO s/step", "GRPO CPU-s/run", "SFT tokens/s",
+                                                          "SFT tokens/CPU-s"))
+          + f"   (mean ± se over {args.repeats} repeats, 1 thread)")
     for v in ("old", "new"):
-        (g, gse), (s, sse) = summary[v]["grpo"], summary[v]["sft"]
-        print(f"{v:6s} {g:10.1f} ± {gse:5.1f} {s:10.1f} ± {sse:5.1f}")
+        print(f"{v:6s}" + "".join(f"{summary[v][k][0]:12.1f} ± {summary[v][k][1]:5.1f}" for k in keys))
     rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                          text=True).stdout.strip()
     RESULTS.parent.mkdir(exist_ok=True)
@@ -117,10 +126,11 @@ def main() -> int:
         f.write(json.dumps({"time": datetime.now(timezone.utc).isoformat(), "old": args.old, "new": rev + "+worktree",
                             "figures": figures, "load": load, "machine": platform.processor() or platform.machine(),
                             "cores": os.cpu_count(), "args": vars(args), "time_s": time.time()}) + "\n")
-    g_ratio = summary["new"]["grpo"][0] / summary["old"]["grpo"][0]
-    s_ratio = summary["new"]["sft"][0] / summary["old"]["sft"][0]
-    print(f"RESULT ab_grpo: {g_ratio:.3f} new/old s-per-step (posttrain GRPO step, {args.old} vs this tree)")
-    print(f"RESULT ab_sft: {s_ratio:.3f} new/old tokens-per-s (posttrain SFT step, {args.old} vs this tree)")
+    ratio = {k: summary["new"][k][0] / summary["old"][k][0] for k in keys}
+    print(f"RESULT ab_grpo: {ratio['grpo']:.3f} new/old s-per-step (posttrain GRPO step, wall; CPU-time ratio "
+          f"{ratio['grpo_cpu']:.3f}; {args.old} vs this tree)")
+    print(f"RESULT ab_sft: {ratio['sft']:.3f} new/old tokens-per-s (posttrain SFT step, wall; per-CPU-s ratio "
+          f"{ratio['sft_cpu']:.3f}; {args.old} vs this tree)")
     return 0
 
 
