@@ -212,9 +212,63 @@ def test_prompts_with_nothing_kept_are_not_generated_again(tmp_path):
 
 def test_a_corrupt_line_in_the_middle_is_an_error_not_a_repair(tmp_path):
     out = tmp_path / "o.jsonl"
-    out.write_text('{"id": "a", "prompt_id": "p"}\nnot json\n{"id": "b", "prompt_id": "q"}\n')
-    with pytest.raises(CurateError, match="o.jsonl:2"):
-        load_output(out)
+    curate(make_tasks(2), StandIn(), verify, CurateConfig(out=out, k=2), log=quiet)
+    lines = out.read_bytes().splitlines(keepends=True)
+    for bad, problem in [(b"not json\n", "not valid JSON"), (lines[1][:50] + b"\xe9" + lines[1][50:], "not UTF-8")]:
+        before = b"".join([lines[0], bad, *lines[2:]])
+        out.write_bytes(before)
+        with pytest.raises(CurateError, match=f"o.jsonl:2: {problem}.*corrupt"):
+            load_output(out)
+        assert out.read_bytes() == before
+
+
+def test_resume_refuses_a_file_curate_did_not_write_and_leaves_it_untouched(tmp_path, monkeypatch, capsys):
+    """Issue 12 item 15: before, a plain JSONL file was taken for a torn output, rewritten (its last
+    line dropped), and the run then crashed on a missing field."""
+    from posttrain.cli import main
+
+    out = tmp_path / "plain.jsonl"
+    conversation = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
+    plain = [
+        (json.dumps(conversation) + "\n") * 2 + "a last line that is not JSON\n",  # the old code truncated this
+        (json.dumps(conversation) + "\n") * 3,  # this it kept, then crashed on r["id"]
+        '{"id": "t0", "prompt_id": "t0", "messages": []}\n',  # curate-like, without curate's provenance
+        "[1, 2, 3]\n",
+        "just some notes\n",
+    ]
+    for text in plain:
+        out.write_text(text)
+        for mode in ({"resume": True}, {"refresh": True}):
+            with pytest.raises(CurateError, match="plain.jsonl:1: .*is not curate output.*nothing was changed"):
+                curate(make_tasks(2), StandIn(), verify, CurateConfig(out=out, k=2, **mode), log=quiet)
+            assert out.read_text() == text and not done_path(out).exists() and not refresh_path(out).exists()
+    # through the CLI: one line, exit 2, before any teacher is loaded
+    monkeypatch.setattr("posttrain.envs.base.make_env", lambda name, **kw: EchoEnv())
+    monkeypatch.setattr(curate_mod, "make_teacher", lambda spec: pytest.fail("a teacher was loaded"))
+    out.write_text(plain[0])
+    assert main(["curate", "--env", "echo", "--teacher", "x", "--out", str(out), "--resume"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "is not curate output" in err and "\n" not in err
+    assert out.read_text() == plain[0] and not summary_path(out).exists()
+
+
+def test_a_kill_that_cuts_a_multibyte_character_or_a_done_id_is_repaired(tmp_path):
+    clean = tmp_path / "clean.jsonl"
+    tasks = make_tasks(2)
+    for t in tasks:  # non-ASCII text, written as UTF-8 (ensure_ascii=False)
+        t.messages[0]["content"] += " — réponse «ici»"
+    curate(tasks, StandIn(), verify, CurateConfig(out=clean, k=2), log=quiet)
+    data = clean.read_bytes()
+    cut = data.rindex("—".encode()) + 1  # inside the last row's 3-byte dash
+    out = tmp_path / "torn.jsonl"
+    out.write_bytes(data[:cut])
+    done_path(out).write_text('"t0"\n"t')  # its .done line cut too
+    rows, done = load_output(out)
+    assert done == {"t0"} and [r["prompt_id"] for r in rows] == ["t0", "t0"]
+    assert done_path(out).read_text() == '"t0"\n'
+    gen = StandIn()
+    curate(tasks, gen, verify, CurateConfig(out=out, k=2, resume=True), log=quiet)
+    assert gen.calls == [["t1"]] and out.read_bytes() == data
 
 
 # --------------------------------------------------------------------------- refresh
