@@ -30,7 +30,9 @@ Modes:
 * fresh: the output must not exist yet;
 * ``resume``: prompts already in the output (or in ``<out>.done``) are skipped and the rows already
   written seed the global near-duplicate index; a trailing half-written line or an incomplete prompt
-  block (fewer rows than its ``provenance.prompt_rows``) is removed first and that prompt redone;
+  block (fewer rows than its ``provenance.prompt_rows``) is removed first and that prompt redone.
+  Samples are seeded per task (``TeacherPool``), so the result equals an uninterrupted run; a file
+  curate did not write is refused untouched;
 * ``refresh``: the same pipeline with a new teacher pool, merged into the existing output. A prompt's
   old rows compete with its new candidates under the same filters, dedup and K (new rows win ties,
   ``prefer_new``); old rows of prompts not in this run are carried through the global dedup as they
@@ -47,7 +49,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import inspect
 import os
+import secrets
+import signal
 import sys
 import time
 import zlib
@@ -70,6 +75,7 @@ Message = dict[str, Any]
 Row = dict[str, Any]
 
 REJECTED = "rejected"
+FAULT_ENV = "POSTTRAIN_FAULT_AFTER_PROMPT"  # test hook: SIGKILL the process after writing N prompts
 INVALID_ROW = "invalid_row"
 
 
@@ -582,8 +588,14 @@ def curate(
     _seed_index(pipe, partial_rows)
     todo = [t for t in tasks if t.id not in done]
     log(f"curate: {len(tasks)} prompts, {len(tasks) - len(todo)} already done, writing {target}")
-    for start in range(0, len(todo), cfg.batch_prompts):
-        chunk = todo[start:start + cfg.batch_prompts]
+    # Batches are cut from the whole prompt list, then the done prompts are left out, so a resumed
+    # batch is what remained of the interrupted one rather than a new mix (samples are seeded per
+    # task, see TeacherPool; equal batches also keep the engine's padded shapes, hence its floats)
+    b = cfg.batch_prompts
+    chunks = [c for c in ([t for t in tasks[i:i + b] if t.id not in done] for i in range(0, len(tasks), b)) if c]
+    fault_after = int(os.environ.get(FAULT_ENV, "-1"))
+    written = 0
+    for chunk in chunks:
         generated = generate_fn(chunk)
         if len(generated) != len(chunk):
             raise CurateError(f"generate_fn returned {len(generated)} candidate lists for {len(chunk)} prompts")
@@ -591,6 +603,9 @@ def curate(
             rows = pipe.prompt(task, [*cands, *carried.pop(task.id, [])])
             append_block(target, rows)
             append_done(target, task.id)
+            written += 1
+            if written == fault_after:  # test hook: die as a kill -9 would, mid-batch if N says so
+                os.kill(os.getpid(), signal.SIGKILL)
         t = pipe.tally
         log(f"curate: {t.prompts_done}/{len(todo)} prompts, {t.candidates} candidates, {t.kept} kept")
     if cfg.refresh:  # prompts of the old output that this run did not cover keep their rows, deduped
@@ -704,17 +719,26 @@ class TeacherPool:
         return [self.n // t + (i < self.n % t) for i in range(t)]
 
     def __call__(self, tasks: list["Task"]) -> list[list[Candidate]]:
+        from posttrain.engines.hf import row_seed
+
         out: list[list[Candidate]] = [[] for _ in tasks]
+        base = self.params.seed if self.params.seed is not None else secrets.randbits(62)
         for (name, gen), n_t in zip(self.teachers, self.shares()):
             if n_t == 0:
                 continue
             params = replace(self.params, n=n_t)
             sampling = asdict(params)
-            if self.env is not None and self.env.multi_turn:
+            if self.env is not None and self.env.multi_turn:  # episodes are seeded by task id already
                 for i, cands in enumerate(self._episodes(gen, tasks, params)):
                     out[i] += [replace(c, teacher=name, sampling=sampling) for c in cands]
                 continue
-            completions = gen.generate([t.messages for t in tasks], params, [t.tools for t in tasks])
+            # Each prompt's samples are seeded by (seed, teacher, task id) and the engine adds the
+            # sample index. By default an engine seeds a prompt by its position in the call, so a
+            # resumed run (other batches) sampled other rows: 19 rows instead of 18 after kills.
+            kwargs: dict[str, Any] = {}
+            if _accepts_seeds(gen):
+                kwargs["seeds"] = [row_seed(base, "curate", name, t.id) for t in tasks]
+            completions = gen.generate([t.messages for t in tasks], params, [t.tools for t in tasks], **kwargs)
             for i, comps in enumerate(completions):
                 out[i] += [Candidate([{"role": "assistant", "content": c.text}], name, sampling, c.finish_reason)
                            for c in comps]
@@ -735,6 +759,15 @@ class TeacherPool:
             finish = "stop" if traj.finish_reason == "done" else traj.finish_reason
             out[index[traj.task.id]].append(Candidate(messages, "", {}, finish))
         return out
+
+
+def _accepts_seeds(gen: Any) -> bool:
+    """Whether ``gen.generate`` takes per-prompt ``seeds`` (the local engines do). An HTTP teacher
+    sends the one ``params.seed`` with every prompt, which does not depend on the batch either."""
+    try:
+        return "seeds" in inspect.signature(gen.generate).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def make_teacher(spec: str) -> tuple[str, "Generator"]:

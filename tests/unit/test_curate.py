@@ -348,6 +348,40 @@ def test_teacher_pool_splits_n_round_robin_and_records_provenance():
         TeacherPool([], n=2, params=SamplingParams())
 
 
+def test_teacher_pool_seeds_each_prompt_by_task_id_not_by_its_place_in_the_batch():
+    """Issue 12 item 11: a resumed run batches the remaining prompts differently; a prompt's samples
+    must not change with that (they did: 19 rows instead of 18 after kills)."""
+
+    class Seeded(FakeGenerator):
+        def generate(self, prompts, params, tools=None, seeds=None):
+            self.calls.append((len(prompts), params, list(seeds)))
+            return [[Completion(f"{s}.{j}") for j in range(params.n)] for s in seeds]
+
+    def texts(pool, tasks):
+        return {t.id: [c.messages[0]["content"] for c in cs] for t, cs in zip(tasks, pool(tasks))}
+
+    a, b = Seeded(None), Seeded(None)
+    pool = TeacherPool([("A", a), ("B", b)], n=3, params=SamplingParams(seed=7))
+    tasks = make_tasks(4)
+    whole = texts(pool, tasks)
+    assert texts(pool, tasks[2:]) == {k: whole[k] for k in ("t2", "t3")}
+    assert texts(pool, tasks[::-1]) == whole
+    assert len({*a.calls[0][2], *b.calls[0][2]}) == 8  # per teacher and task: two teachers sample apart
+    other = TeacherPool([("A", Seeded(None))], n=2, params=SamplingParams(seed=8))
+    assert texts(other, tasks[:1]) != {"t0": whole["t0"][:2]}  # and the run's seed still matters
+
+
+def test_a_local_teacher_samples_a_prompt_the_same_in_any_batch(one_thread):
+    from posttrain.engines.hf import HFGenerator
+
+    gen = HFGenerator.from_spec("tiny-llama")
+    pool = TeacherPool([("tiny", gen)], n=2, params=SamplingParams(max_new_tokens=6, temperature=1.0, seed=3))
+    tasks = make_tasks(3)
+    whole = [[c.messages[0]["content"] for c in cs] for cs in pool(tasks)]
+    alone = [[c.messages[0]["content"] for c in cs] for cs in pool(tasks[2:])]
+    assert whole[2] == alone[0] and whole[2][0] != whole[2][1]
+
+
 class ToolEnv(Environment):
     name = "_curate_test_tools"
     domain = "tools"
