@@ -7,15 +7,17 @@ a JSON string). Extra top-level keys (provenance, domain, ...) are kept.
 
 Bad rows are never dropped silently: ``read_conversations(..., on_error="raise")`` stops and lists
 every bad row (file:line: field: problem); ``on_error="skip"`` skips them, and the returned
-``ReadReport`` counts and lists them so the caller prints the summary.
+``ReadReport`` counts and lists them so the caller prints the summary. A line that is not UTF-8 is
+such a bad row (``file:line: not UTF-8 (byte 0xe9 at column 47)``); the rest of the file is read.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Literal
+from typing import Any, Callable, Iterable, Iterator, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -126,11 +128,34 @@ def validate_row(row: Any) -> dict[str, Any]:
     return row
 
 
-def iter_jsonl(path: str | Path) -> Iterator[tuple[int, str]]:
-    with open(path, encoding="utf-8") as f:
+# Bytes that are not UTF-8 are decoded with ``surrogateescape`` (byte 0xNN → U+DCNN) and found per
+# line. Strict decoding raised one UnicodeDecodeError for the whole file, from inside the read loop:
+# a traceback with no file:line, and no way to skip just that line.
+_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
+
+
+def not_utf8(line: str) -> str | None:
+    """The problem with a line read with ``errors="surrogateescape"``: ``"not UTF-8 (byte 0xff at
+    column 7)"`` (the column of the first bad byte, in characters from 1), or None if it is clean."""
+    m = _ESCAPED_BYTE.search(line)
+    return None if m is None else f"not UTF-8 (byte 0x{ord(m.group()) - 0xDC00:02x} at column {m.start() + 1})"
+
+
+def iter_jsonl(path: str | Path, on_bad_line: Callable[[BadRow], None] | None = None) -> Iterator[tuple[int, str]]:
+    """Non-blank lines with their 1-based numbers. A line that is not UTF-8 raises ``DataError``
+    (``path:line: not UTF-8 (byte 0x.. at column N)``), or goes to ``on_bad_line`` and is skipped."""
+    with open(path, encoding="utf-8", errors="surrogateescape") as f:
         for lineno, line in enumerate(f, start=1):
-            if line.strip():
-                yield lineno, line
+            if not line.strip():
+                continue
+            problem = not_utf8(line)
+            if problem is not None:
+                bad = BadRow(str(path), lineno, problem)
+                if on_bad_line is None:
+                    raise DataError(str(bad))
+                on_bad_line(bad)
+                continue
+            yield lineno, line
 
 
 def read_conversations(
@@ -144,7 +169,11 @@ def read_conversations(
     for p in paths:
         if not Path(p).exists():
             raise DataError(f"data file not found: {p}")
-        for lineno, line in iter_jsonl(p):
+        def undecodable(bad: BadRow) -> None:  # a bad row like any other: listed, or skipped and counted
+            report.read += 1
+            report.bad.append(bad)
+
+        for lineno, line in iter_jsonl(p, undecodable):
             report.read += 1
             try:
                 row = json.loads(line)

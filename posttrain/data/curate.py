@@ -30,7 +30,9 @@ Modes:
 * fresh: the output must not exist yet;
 * ``resume``: prompts already in the output (or in ``<out>.done``) are skipped and the rows already
   written seed the global near-duplicate index; a trailing half-written line or an incomplete prompt
-  block (fewer rows than its ``provenance.prompt_rows``) is removed first and that prompt redone;
+  block (fewer rows than its ``provenance.prompt_rows``) is removed first and that prompt redone.
+  Samples are seeded per task (``TeacherPool``), so the result equals an uninterrupted run; a file
+  curate did not write is refused untouched;
 * ``refresh``: the same pipeline with a new teacher pool, merged into the existing output. A prompt's
   old rows compete with its new candidates under the same filters, dedup and K (new rows win ties,
   ``prefer_new``); old rows of prompts not in this run are carried through the global dedup as they
@@ -47,7 +49,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import inspect
 import os
+import secrets
+import signal
 import sys
 import time
 import zlib
@@ -70,6 +75,7 @@ Message = dict[str, Any]
 Row = dict[str, Any]
 
 REJECTED = "rejected"
+FAULT_ENV = "POSTTRAIN_FAULT_AFTER_PROMPT"  # test hook: SIGKILL the process after writing N prompts
 INVALID_ROW = "invalid_row"
 
 
@@ -195,46 +201,123 @@ def append_done(target: Path, prompt_id: str) -> None:
         f.write(json.dumps(prompt_id) + "\n")
 
 
-def load_output(path: Path) -> tuple[list[Row], set[str]]:
-    """Rows of complete prompt blocks and the done prompt ids; repairs a torn tail in place.
+# A row as ``build_row`` writes it: ``json.dumps`` keeps key order, so every line starts like this
+ROW_START = '{"id": '
 
-    A last line that is cut or not JSON (a kill mid-write) and prompt blocks with fewer rows than
-    their ``provenance.prompt_rows`` are removed (the file is rewritten atomically), so those prompts
-    are generated again. A bad line elsewhere is corruption, not a torn write: it raises.
+
+@dataclass
+class _Scan:
+    """What an existing output holds, read without changing it (``scan_output``)."""
+
+    rows: list[Row]
+    torn: bool  # the last line is cut (a kill mid-write)
+    incomplete: set[Any]  # prompt ids whose block has fewer rows than its provenance.prompt_rows
+    listed: set[str]  # prompt ids in <target>.done
+    done_torn: bool  # the last line of <target>.done is cut
+
+
+def _not_curate_row(row: Any) -> str | None:
+    """Why a parsed line is not a row curate wrote, or None."""
+    if not isinstance(row, dict):
+        return f"a JSON {type(row).__name__}, not an object"
+    missing = [k for k in ("id", "prompt_id", "messages", "provenance") if k not in row]
+    if missing:
+        return "no " + ", ".join(repr(k) for k in missing)
+    prov = row["provenance"]
+    if not isinstance(row["messages"], list) or not isinstance(prov, dict) \
+            or not all(isinstance(prov.get(k), int) for k in ("prompt_messages", "prompt_rows")):
+        return "no provenance.prompt_messages / provenance.prompt_rows"
+    return None
+
+
+def scan_output(path: Path) -> _Scan:
+    """Read an output (and its ``.done`` list) without writing anything; raises ``CurateError`` if
+    it is not curate output or is corrupt (before, ``--resume`` on a plain JSONL file rewrote it as
+    a "torn tail" and then crashed on a missing field).
+
+    Curate output: every line a row with curate's fields; only the last line may be cut, and a cut
+    line is the start of such a row. Bytes that are not UTF-8 are a cut line at the end (a kill can
+    cut a multi-byte character) and corruption anywhere else.
     """
-    lines = path.read_text(encoding="utf-8").split("\n") if path.exists() else []
+    from posttrain.data.conversations import not_utf8
+
+    text = path.read_bytes().decode("utf-8", errors="surrogateescape") if path.exists() else ""
+    lines = text.split("\n")
+    last = max((i for i, x in enumerate(lines) if x.strip()), default=-1)
+    refuse = (f"{path} is not curate output, so it cannot be resumed or refreshed (nothing was changed); "
+              "give --out a new file, or the output of an earlier curate run")
     rows: list[Row] = []
     torn = False
     for i, line in enumerate(lines):
         if not line.strip():
             continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as e:
-            if any(x.strip() for x in lines[i + 1:]):
-                raise CurateError(f"{path}:{i + 1}: not valid JSON ({e.msg}); the file is corrupt") from None
+        problem = not_utf8(line)
+        row: Any = None
+        if problem is None:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                problem = f"not valid JSON ({e.msg})"
+        if problem is not None:
+            if i != last:
+                raise CurateError(f"{path}:{i + 1}: {problem}; the file is corrupt")
+            if not (line.startswith(ROW_START) or ROW_START.startswith(line)):
+                raise CurateError(f"{path}:{i + 1}: {problem} and not the start of a curate row; {refuse}")
             torn = True
-    counts = Counter(r.get("prompt_id") for r in rows)
+            continue
+        why = _not_curate_row(row)
+        if why is not None:
+            raise CurateError(f"{path}:{i + 1}: {why}; {refuse}")
+        rows.append(row)
+    counts = Counter(r["prompt_id"] for r in rows)
     expected: dict[Any, int] = {}
     for r in rows:
-        expected[r.get("prompt_id")] = max(expected.get(r.get("prompt_id"), 0),
-                                           int((r.get("provenance") or {}).get("prompt_rows", 0)))
+        expected[r["prompt_id"]] = max(expected.get(r["prompt_id"], 0), r["provenance"]["prompt_rows"])
     incomplete = {pid for pid, n in counts.items() if n < expected[pid]}
-    if torn or incomplete:
-        rows = [r for r in rows if r.get("prompt_id") not in incomplete]
+    listed: set[str] = set()
+    done_torn = False
+    dp = done_path(path)
+    if dp.exists():
+        done_lines = [x for x in dp.read_bytes().decode("utf-8", errors="surrogateescape").split("\n") if x.strip()]
+        for j, x in enumerate(done_lines):
+            try:
+                pid = json.loads(x)
+            except json.JSONDecodeError:
+                pid = None
+            if not isinstance(pid, str) or not_utf8(x):
+                if j != len(done_lines) - 1:
+                    raise CurateError(f"{dp}:{j + 1}: not a JSON string (a prompt id); the file is corrupt")
+                done_torn = True  # cut by a kill: the prompt is in the output, or is redone
+                continue
+            listed.add(pid)
+    return _Scan(rows, torn, incomplete, listed, done_torn)
+
+
+def load_output(path: Path) -> tuple[list[Row], set[str]]:
+    """Rows of complete prompt blocks and the done prompt ids; repairs a torn tail in place.
+
+    A last line that is cut or not JSON (a kill mid-write) and prompt blocks with fewer rows than
+    their ``provenance.prompt_rows`` are removed (the file is rewritten atomically), so those prompts
+    are generated again. A bad line elsewhere is corruption, not a torn write: it raises. So does a
+    file that is not curate output, before anything is written (``scan_output``).
+    """
+    scan = scan_output(path)
+    rows, incomplete = scan.rows, scan.incomplete
+    if scan.torn or incomplete:
+        rows = [r for r in rows if r["prompt_id"] not in incomplete]
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
         os.replace(tmp, path)
         print(f"curate: removed a torn tail from {path} ({len(incomplete)} incomplete prompt(s) will be redone)",
               file=sys.stderr)
-    done = {str(pid) for pid in counts if pid not in incomplete}
-    dp = done_path(path)
-    if dp.exists():
-        listed = {json.loads(x) for x in dp.read_text(encoding="utf-8").splitlines() if x.strip()}
-        if listed & incomplete:  # the kill came after the rows but before the id: keep both in step
-            dp.write_text("".join(json.dumps(p) + "\n" for p in sorted(listed - incomplete)), encoding="utf-8")
-        done |= listed - incomplete
-    return rows, done
+    done = {str(r["prompt_id"]) for r in rows}
+    if scan.done_torn or scan.listed & incomplete:
+        # a cut last id, or the kill came after the rows but before the id: keep both in step
+        dp = done_path(path)
+        tmp = dp.with_name(dp.name + ".tmp")
+        tmp.write_text("".join(json.dumps(p) + "\n" for p in sorted(scan.listed - incomplete)), encoding="utf-8")
+        os.replace(tmp, dp)
+    return rows, done | (scan.listed - incomplete)
 
 
 # --------------------------------------------------------------------------- rows
@@ -450,6 +533,22 @@ def _seed_index(pipe: _Pipeline, rows: Sequence[Row]) -> None:
                               [response_text(r) for r in rows])
 
 
+def check_output(cfg: CurateConfig, scan: bool = True) -> None:
+    """Whether ``cfg.out`` suits the mode: fresh needs no output, refresh needs one, and an output
+    to resume or refresh must be curate's (``scan_output``). Reads only; the CLI calls it before
+    loading any teacher."""
+    out = Path(cfg.out)
+    exists = out.exists() and out.stat().st_size > 0
+    if exists and not (cfg.resume or cfg.refresh):
+        raise CurateError(f"{out} exists; pass --resume to continue it or --refresh to merge new teachers into it")
+    if cfg.refresh and not exists:
+        raise CurateError(f"--refresh needs an existing output; {out} is missing or empty")
+    if exists and scan:
+        scan_output(out)
+        if cfg.refresh and refresh_path(out).exists():
+            scan_output(refresh_path(out))
+
+
 def curate(
     prompts: Iterable[Any],
     generate_fn: GenerateFn,
@@ -464,12 +563,8 @@ def curate(
     if dup:
         raise CurateError(f"duplicate prompt id(s): {', '.join(dup[:5])}; ids must be unique")
     out = Path(cfg.out)
+    check_output(cfg, scan=False)  # load_output scans (and refuses a file curate did not write) below
     out.parent.mkdir(parents=True, exist_ok=True)
-    exists = out.exists() and out.stat().st_size > 0
-    if exists and not (cfg.resume or cfg.refresh):
-        raise CurateError(f"{out} exists; pass --resume to continue it or --refresh to merge new teachers into it")
-    if cfg.refresh and not exists:
-        raise CurateError(f"--refresh needs an existing output; {out} is missing or empty")
 
     old_done: set[str] = set()
     if cfg.refresh:
@@ -493,8 +588,14 @@ def curate(
     _seed_index(pipe, partial_rows)
     todo = [t for t in tasks if t.id not in done]
     log(f"curate: {len(tasks)} prompts, {len(tasks) - len(todo)} already done, writing {target}")
-    for start in range(0, len(todo), cfg.batch_prompts):
-        chunk = todo[start:start + cfg.batch_prompts]
+    # Batches are cut from the whole prompt list, then the done prompts are left out, so a resumed
+    # batch is what remained of the interrupted one rather than a new mix (samples are seeded per
+    # task, see TeacherPool; equal batches also keep the engine's padded shapes, hence its floats)
+    b = cfg.batch_prompts
+    chunks = [c for c in ([t for t in tasks[i:i + b] if t.id not in done] for i in range(0, len(tasks), b)) if c]
+    fault_after = int(os.environ.get(FAULT_ENV, "-1"))
+    written = 0
+    for chunk in chunks:
         generated = generate_fn(chunk)
         if len(generated) != len(chunk):
             raise CurateError(f"generate_fn returned {len(generated)} candidate lists for {len(chunk)} prompts")
@@ -502,6 +603,9 @@ def curate(
             rows = pipe.prompt(task, [*cands, *carried.pop(task.id, [])])
             append_block(target, rows)
             append_done(target, task.id)
+            written += 1
+            if written == fault_after:  # test hook: die as a kill -9 would, mid-batch if N says so
+                os.kill(os.getpid(), signal.SIGKILL)
         t = pipe.tally
         log(f"curate: {t.prompts_done}/{len(todo)} prompts, {t.candidates} candidates, {t.kept} kept")
     if cfg.refresh:  # prompts of the old output that this run did not cover keep their rows, deduped
@@ -615,17 +719,26 @@ class TeacherPool:
         return [self.n // t + (i < self.n % t) for i in range(t)]
 
     def __call__(self, tasks: list["Task"]) -> list[list[Candidate]]:
+        from posttrain.engines.hf import row_seed
+
         out: list[list[Candidate]] = [[] for _ in tasks]
+        base = self.params.seed if self.params.seed is not None else secrets.randbits(62)
         for (name, gen), n_t in zip(self.teachers, self.shares()):
             if n_t == 0:
                 continue
             params = replace(self.params, n=n_t)
             sampling = asdict(params)
-            if self.env is not None and self.env.multi_turn:
+            if self.env is not None and self.env.multi_turn:  # episodes are seeded by task id already
                 for i, cands in enumerate(self._episodes(gen, tasks, params)):
                     out[i] += [replace(c, teacher=name, sampling=sampling) for c in cands]
                 continue
-            completions = gen.generate([t.messages for t in tasks], params, [t.tools for t in tasks])
+            # Each prompt's samples are seeded by (seed, teacher, task id) and the engine adds the
+            # sample index. By default an engine seeds a prompt by its position in the call, so a
+            # resumed run (other batches) sampled other rows: 19 rows instead of 18 after kills.
+            kwargs: dict[str, Any] = {}
+            if _accepts_seeds(gen):
+                kwargs["seeds"] = [row_seed(base, "curate", name, t.id) for t in tasks]
+            completions = gen.generate([t.messages for t in tasks], params, [t.tools for t in tasks], **kwargs)
             for i, comps in enumerate(completions):
                 out[i] += [Candidate([{"role": "assistant", "content": c.text}], name, sampling, c.finish_reason)
                            for c in comps]
@@ -646,6 +759,15 @@ class TeacherPool:
             finish = "stop" if traj.finish_reason == "done" else traj.finish_reason
             out[index[traj.task.id]].append(Candidate(messages, "", {}, finish))
         return out
+
+
+def _accepts_seeds(gen: Any) -> bool:
+    """Whether ``gen.generate`` takes per-prompt ``seeds`` (the local engines do). An HTTP teacher
+    sends the one ``params.seed`` with every prompt, which does not depend on the batch either."""
+    try:
+        return "seeds" in inspect.signature(gen.generate).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def make_teacher(spec: str) -> tuple[str, "Generator"]:
@@ -796,6 +918,7 @@ def run(args: argparse.Namespace) -> int:
         )
     except ValueError as e:
         raise CurateError(f"invalid settings: {e}") from None
+    check_output(cfg)  # a wrong --out fails now, not after the teachers have loaded
     params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                             top_p=args.top_p, seed=args.seed)
     teachers = [make_teacher(s) for s in args.teacher]

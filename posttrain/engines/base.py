@@ -71,14 +71,17 @@ class TokenEngine:
         prompts: Sequence[Sequence[Message]],
         params: SamplingParams,
         tools: Sequence[Sequence[dict[str, Any]] | None] | None = None,
+        seeds: Sequence[int] | None = None,
     ) -> list[list[Completion]]:
+        """``seeds[i]`` (optional) is prompt i's own seed, as in ``generate_ids``: a caller that
+        names its prompts (curate: by task id) gets samples that do not depend on the batch."""
         if tools is not None and len(tools) != len(prompts):
             raise ValueError(f"{len(tools)} tool lists for {len(prompts)} prompts")
         ids = [
             self.render_prompt(msgs, tools[i] if tools is not None else None, params.reasoning)
             for i, msgs in enumerate(prompts)
         ]
-        return self.generate_ids(ids, params)
+        return self.generate_ids(ids, params, seeds=seeds)
 
     def generate_ids(self, prompt_ids: Sequence[Sequence[int]], params: SamplingParams,
                      seeds: Sequence[int] | None = None) -> list[list[Completion]]:

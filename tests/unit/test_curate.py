@@ -212,9 +212,63 @@ def test_prompts_with_nothing_kept_are_not_generated_again(tmp_path):
 
 def test_a_corrupt_line_in_the_middle_is_an_error_not_a_repair(tmp_path):
     out = tmp_path / "o.jsonl"
-    out.write_text('{"id": "a", "prompt_id": "p"}\nnot json\n{"id": "b", "prompt_id": "q"}\n')
-    with pytest.raises(CurateError, match="o.jsonl:2"):
-        load_output(out)
+    curate(make_tasks(2), StandIn(), verify, CurateConfig(out=out, k=2), log=quiet)
+    lines = out.read_bytes().splitlines(keepends=True)
+    for bad, problem in [(b"not json\n", "not valid JSON"), (lines[1][:50] + b"\xe9" + lines[1][50:], "not UTF-8")]:
+        before = b"".join([lines[0], bad, *lines[2:]])
+        out.write_bytes(before)
+        with pytest.raises(CurateError, match=f"o.jsonl:2: {problem}.*corrupt"):
+            load_output(out)
+        assert out.read_bytes() == before
+
+
+def test_resume_refuses_a_file_curate_did_not_write_and_leaves_it_untouched(tmp_path, monkeypatch, capsys):
+    """Issue 12 item 15: before, a plain JSONL file was taken for a torn output, rewritten (its last
+    line dropped), and the run then crashed on a missing field."""
+    from posttrain.cli import main
+
+    out = tmp_path / "plain.jsonl"
+    conversation = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
+    plain = [
+        (json.dumps(conversation) + "\n") * 2 + "a last line that is not JSON\n",  # the old code truncated this
+        (json.dumps(conversation) + "\n") * 3,  # this it kept, then crashed on r["id"]
+        '{"id": "t0", "prompt_id": "t0", "messages": []}\n',  # curate-like, without curate's provenance
+        "[1, 2, 3]\n",
+        "just some notes\n",
+    ]
+    for text in plain:
+        out.write_text(text)
+        for mode in ({"resume": True}, {"refresh": True}):
+            with pytest.raises(CurateError, match="plain.jsonl:1: .*is not curate output.*nothing was changed"):
+                curate(make_tasks(2), StandIn(), verify, CurateConfig(out=out, k=2, **mode), log=quiet)
+            assert out.read_text() == text and not done_path(out).exists() and not refresh_path(out).exists()
+    # through the CLI: one line, exit 2, before any teacher is loaded
+    monkeypatch.setattr("posttrain.envs.base.make_env", lambda name, **kw: EchoEnv())
+    monkeypatch.setattr(curate_mod, "make_teacher", lambda spec: pytest.fail("a teacher was loaded"))
+    out.write_text(plain[0])
+    assert main(["curate", "--env", "echo", "--teacher", "x", "--out", str(out), "--resume"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "is not curate output" in err and "\n" not in err
+    assert out.read_text() == plain[0] and not summary_path(out).exists()
+
+
+def test_a_kill_that_cuts_a_multibyte_character_or_a_done_id_is_repaired(tmp_path):
+    clean = tmp_path / "clean.jsonl"
+    tasks = make_tasks(2)
+    for t in tasks:  # non-ASCII text, written as UTF-8 (ensure_ascii=False)
+        t.messages[0]["content"] += " — réponse «ici»"
+    curate(tasks, StandIn(), verify, CurateConfig(out=clean, k=2), log=quiet)
+    data = clean.read_bytes()
+    cut = data.rindex("—".encode()) + 1  # inside the last row's 3-byte dash
+    out = tmp_path / "torn.jsonl"
+    out.write_bytes(data[:cut])
+    done_path(out).write_text('"t0"\n"t')  # its .done line cut too
+    rows, done = load_output(out)
+    assert done == {"t0"} and [r["prompt_id"] for r in rows] == ["t0", "t0"]
+    assert done_path(out).read_text() == '"t0"\n'
+    gen = StandIn()
+    curate(tasks, gen, verify, CurateConfig(out=out, k=2, resume=True), log=quiet)
+    assert gen.calls == [["t1"]] and out.read_bytes() == data
 
 
 # --------------------------------------------------------------------------- refresh
@@ -292,6 +346,40 @@ def test_teacher_pool_splits_n_round_robin_and_records_provenance():
     assert a.calls[0][0] == 2 and a.calls[0][2] == [None, None]  # one call per teacher for the chunk
     with pytest.raises(CurateError):
         TeacherPool([], n=2, params=SamplingParams())
+
+
+def test_teacher_pool_seeds_each_prompt_by_task_id_not_by_its_place_in_the_batch():
+    """Issue 12 item 11: a resumed run batches the remaining prompts differently; a prompt's samples
+    must not change with that (they did: 19 rows instead of 18 after kills)."""
+
+    class Seeded(FakeGenerator):
+        def generate(self, prompts, params, tools=None, seeds=None):
+            self.calls.append((len(prompts), params, list(seeds)))
+            return [[Completion(f"{s}.{j}") for j in range(params.n)] for s in seeds]
+
+    def texts(pool, tasks):
+        return {t.id: [c.messages[0]["content"] for c in cs] for t, cs in zip(tasks, pool(tasks))}
+
+    a, b = Seeded(None), Seeded(None)
+    pool = TeacherPool([("A", a), ("B", b)], n=3, params=SamplingParams(seed=7))
+    tasks = make_tasks(4)
+    whole = texts(pool, tasks)
+    assert texts(pool, tasks[2:]) == {k: whole[k] for k in ("t2", "t3")}
+    assert texts(pool, tasks[::-1]) == whole
+    assert len({*a.calls[0][2], *b.calls[0][2]}) == 8  # per teacher and task: two teachers sample apart
+    other = TeacherPool([("A", Seeded(None))], n=2, params=SamplingParams(seed=8))
+    assert texts(other, tasks[:1]) != {"t0": whole["t0"][:2]}  # and the run's seed still matters
+
+
+def test_a_local_teacher_samples_a_prompt_the_same_in_any_batch(one_thread):
+    from posttrain.engines.hf import HFGenerator
+
+    gen = HFGenerator.from_spec("tiny-llama")
+    pool = TeacherPool([("tiny", gen)], n=2, params=SamplingParams(max_new_tokens=6, temperature=1.0, seed=3))
+    tasks = make_tasks(3)
+    whole = [[c.messages[0]["content"] for c in cs] for cs in pool(tasks)]
+    alone = [[c.messages[0]["content"] for c in cs] for cs in pool(tasks[2:])]
+    assert whole[2] == alone[0] and whole[2][0] != whole[2][1]
 
 
 class ToolEnv(Environment):
