@@ -221,8 +221,8 @@ PROBE_TEXTS = (
     "Dates 2024-01-31 and 1999/12/31, pi = 3.14159, -0.001e-7, 123456789012345.",
     "naïve café, Zürich, Ελληνικά, русский, 東京都, 한국어, हिन्दी, emoji 🙂🚀",
     "  two  spaces\n\n\ttab\r\nwindows line   trailing   ",
-    "<think>\nadd them\n</think>\n<tool_call>\n<function=add>\n<parameter=amount>\n5\n</parameter>\n"
-    "</function>\n</tool_call>",
+    ("<think>\nadd them\n</think>\n<tool_call>\n<function=add>\n<parameter=amount>\n5\n</parameter>\n"
+     "</function>\n</tool_call>"),
 )
 # tokenizer.json parts that decide how text becomes ids. Left out on purpose: the decoder (ids →
 # text), the post-processor (which special tokens encode() adds), padding and truncation, and the
@@ -262,9 +262,9 @@ def _first_difference(student: dict[str, Any], teacher: dict[str, Any]) -> str |
         ma, mb = a.get("merges") or [], b.get("merges") or []
         if ma != mb:
             i = next((i for i, (x, y) in enumerate(zip(ma, mb)) if x != y), min(len(ma), len(mb)))
-            at = lambda m: repr(" ".join(m[i])) if i < len(m) else "nothing"  # noqa: E731
-            return (f"its merges differ ({len(mb)} vs the student's {len(ma)}; merge {i} is {at(mb)} where the "
-                    f"student's is {at(ma)})")
+            at_t, at_s = (repr(" ".join(m[i])) if i < len(m) else "nothing" for m in (mb, ma))
+            return (f"its merges differ ({len(mb)} vs the student's {len(ma)}; merge {i} is {at_t} where the "
+                    f"student's is {at_s})")
         keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
         return f"its {a.get('type') or 'model'} settings differ ({', '.join(keys)})"
     return None
