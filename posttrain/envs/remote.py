@@ -3,7 +3,8 @@
 ``RemoteEnvironment(url)`` asks the server's ``/health`` for the environment's name, domain and
 whether it is multi-turn, then maps the ``Environment`` methods onto the resource-server endpoints:
 
-* ``tasks(split, n, seed)`` → ``GET /tasks``;
+* ``tasks(split, n, seed)`` → ``GET /tasks``, a page at a time (the server answers at most the
+  ``max_tasks_per_request`` its ``/health`` reports; pages are asked for with ``offset``);
 * ``verify(task, messages)`` → ``POST /verify`` with a NeMo Gym verify body. The conversation
   after the prompt is split where the model's part begins: everything up to the last user/system
   message rides in ``responses_create_params.input`` (after the prompt), the model-written rest in
@@ -63,6 +64,8 @@ class RemoteEnvironment(Environment):
         self.name = info["env"]  # type: ignore[misc]
         self.domain = info["domain"]  # type: ignore[misc]
         self.multi_turn = bool(info["multi_turn"])  # type: ignore[misc]
+        # None: a server from before /tasks had pages, which answers any n in one go
+        self.page_size: int | None = info.get("max_tasks_per_request")
 
     def call(
         self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None, idempotent: bool = True
@@ -74,9 +77,21 @@ class RemoteEnvironment(Environment):
 
     def tasks(self, split: Split = "train", n: int | None = None, seed: int = 0) -> list[Task]:
         params: dict[str, Any] = {"split": split, "seed": seed}
-        if n is not None:
-            params["n"] = n
-        return [Task.from_dict(d) for d in self.call("GET", "/tasks", params=params)["tasks"]]
+        if self.page_size is None:
+            if n is not None:
+                params["n"] = n
+            return [Task.from_dict(d) for d in self.call("GET", "/tasks", params=params)["tasks"]]
+        out: list[Task] = []
+        while n is None or len(out) < n:  # each page strictly advances, or the loop stops
+            params["offset"] = len(out)
+            if n is not None:
+                params["n"] = want = min(self.page_size, n - len(out))
+            answer = self.call("GET", "/tasks", params=params)
+            page = [Task.from_dict(d) for d in answer["tasks"]]
+            out += page
+            if not page or (n is None and answer.get("next_offset") is None) or (n is not None and len(page) < want):
+                break
+        return out
 
     def verify(self, task: Task, messages: list[Message]) -> VerifyResult:
         out = self.call("POST", "/verify", build_verify_body(task, messages))

@@ -33,9 +33,16 @@ OpenAI chat messages are converted by one pure pair, ``messages_to_items`` / ``i
 What ``verify`` grades is the conversation after the task's prompt: the ``input`` messages beyond
 the prompt's length (earlier turns of a multi-turn conversation) followed by the ``output`` items.
 
-Malformed requests get 422 with a message naming the field; an environment that crashes on a
+Malformed requests get 422 with a message naming the field (a body that is not UTF-8, or a string
+holding a lone surrogate such as ``"\\ud800"``, included); an environment that crashes on a
 well-formed request gets a 500 whose body names the exception (the traceback stays in the log).
-Tool names that equal one of the endpoints above are shadowed by the endpoint.
+Every error is a JSON ``{"detail": ...}``, never a plain-text page. Tool names that equal one of the
+endpoints above are shadowed by the endpoint.
+
+What the server keeps is bounded (docs/env_server.md, "Limits"): ``/tasks`` answers at most
+``max_tasks_per_request`` tasks (page with ``offset``), and the sessions and the tasks it remembers
+are each capped by count and by total size (the JSON size of the tasks and of what the sessions'
+steps exchanged), the least recently used dropped first.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ import argparse
 import contextlib
 import json
 import logging
+import re
 import socket
 import threading
 import time
@@ -51,8 +59,10 @@ import uuid
 from collections import OrderedDict
 from typing import Any, Iterator, Literal, Sequence
 
-from fastapi import Body, FastAPI, Header, HTTPException, Query, Response
+from fastapi import Body, FastAPI, Header, HTTPException, Query, Request, Response
 from fastapi import Cookie as CookieParam
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field
 
 from posttrain.envs.base import Environment, Episode, Message, Task, make_env
@@ -64,6 +74,15 @@ log = logging.getLogger(__name__)
 SESSION_COOKIE = "posttrain_session"
 SESSION_HEADER = "X-Session-Id"
 INPUT_ROLES = ("system", "developer", "user")
+
+# Limits (docs/env_server.md, "Limits"). Sizes are the JSON size of what is kept, not Python's
+# in-memory size, which is a few times larger.
+MAX_TASKS_PER_REQUEST = 1_000  # one /tasks answer; ~0.5-5 MB of JSON for the built-in envs
+MAX_TASK_INDEX = 100_000  # offset + n of one /tasks request: the env builds every task before it
+MAX_SESSIONS = 10_000
+MAX_SESSION_BYTES = 64 << 20  # all sessions: their tasks plus what their steps exchanged
+MAX_TASKS_KEPT = 20_000
+MAX_TASK_BYTES = 64 << 20  # all tasks remembered for task_id look-ups
 
 
 # --------------------------------------------------------------------------- items <-> messages
@@ -277,6 +296,59 @@ class CloseSessionRequest(BaseModel):
 # --------------------------------------------------------------------------- server state
 
 
+def json_size(obj: Any) -> int:
+    """Characters of ``obj`` as (ASCII) JSON: the measure of what the server keeps. ``default=str``
+    so an odd value in an episode's ``info`` is measured rather than raising."""
+    return len(json.dumps(obj, default=str))
+
+
+class _Bounded:
+    """An LRU map capped by count and by the total of its entries' sizes (oldest dropped first).
+
+    Not locked: ``_State`` holds its lock around every call. The newest entry is always kept, even
+    alone over the byte cap, so a large task still gets its session (then everything else goes).
+    """
+
+    def __init__(self, max_items: int, max_bytes: int) -> None:
+        self.max_items, self.max_bytes = max_items, max_bytes
+        self.items: OrderedDict[str, Any] = OrderedDict()
+        self.sizes: dict[str, int] = {}
+        self.bytes = 0
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def get(self, key: str) -> Any:
+        return self.items.get(key)
+
+    def pop(self, key: str) -> Any:
+        self.bytes -= self.sizes.pop(key, 0)
+        return self.items.pop(key, None)
+
+    def put(self, key: str, value: Any, size: int) -> list[Any]:
+        """Store ``value`` as the newest entry; answer the values evicted (a replaced one included)."""
+        old = self.pop(key)
+        self.items[key], self.sizes[key] = value, size
+        self.bytes += size
+        return ([old] if old is not None else []) + self._evict()
+
+    def grow(self, key: str, extra: int) -> list[Any]:
+        """``key`` now holds ``extra`` more bytes and is the most recently used; answer evictions."""
+        if key not in self.items:
+            return []
+        self.sizes[key] += extra
+        self.bytes += extra
+        self.items.move_to_end(key)
+        return self._evict()
+
+    def _evict(self) -> list[Any]:
+        out = []
+        while len(self.items) > 1 and (len(self.items) > self.max_items or self.bytes > self.max_bytes):
+            key = next(iter(self.items))
+            out.append(self.pop(key))
+        return out
+
+
 class _Session:
     def __init__(self, episode: Episode | None, task: Task) -> None:
         self.episode = episode
@@ -285,22 +357,22 @@ class _Session:
 
 
 class _State:
-    """Sessions and the tasks this server has handed out, both bounded (oldest dropped first)."""
+    """Sessions and the tasks this server has handed out, both bounded by count and by bytes
+    (least recently used dropped first): a client can otherwise grow the server without limit by
+    seeding sessions with large tasks (issue 12, item 17)."""
 
-    def __init__(self, env: Environment, max_sessions: int, max_tasks: int) -> None:
+    def __init__(self, env: Environment, max_sessions: int, max_tasks: int,
+                 max_session_bytes: int = MAX_SESSION_BYTES, max_task_bytes: int = MAX_TASK_BYTES) -> None:
         self.env = env
-        self.max_sessions, self.max_tasks = max_sessions, max_tasks
-        self.sessions: OrderedDict[str, _Session] = OrderedDict()
-        self.tasks: OrderedDict[str, Task] = OrderedDict()
+        self.sessions = _Bounded(max_sessions, max_session_bytes)
+        self.tasks = _Bounded(max_tasks, max_task_bytes)
         self.lock = threading.Lock()
 
-    def remember(self, tasks: Sequence[Task]) -> None:
+    def remember(self, tasks: Sequence[Task], sizes: Sequence[int] | None = None) -> None:
+        sizes = sizes if sizes is not None else [json_size(t.to_dict()) for t in tasks]
         with self.lock:
-            for t in tasks:
-                self.tasks[t.id] = t
-                self.tasks.move_to_end(t.id)
-            while len(self.tasks) > self.max_tasks:
-                self.tasks.popitem(last=False)
+            for t, size in zip(tasks, sizes):
+                self.tasks.put(t.id, t, size)
 
     def resolve_task(self, task: TaskBody | None, *task_ids: str | None, remember: bool = False) -> Task:
         if task is not None:
@@ -312,21 +384,22 @@ class _State:
             if tid is None:
                 continue
             with self.lock:
-                if tid in self.tasks:
-                    return self.tasks[tid]
+                known = self.tasks.get(tid)
+            if known is not None:
+                return known
             raise HTTPException(422, f"unknown task_id {tid!r}: send the whole task in 'task'")
         raise HTTPException(422, "no task: send it in 'task' (or a 'task_id' this server handed out)")
 
-    def add_session(self, sid: str, session: _Session) -> None:
+    def add_session(self, sid: str, session: _Session, size: int) -> None:
         with self.lock:
-            old = self.sessions.pop(sid, None)
-            self.sessions[sid] = session
-            evicted = [old] if old else []
-            while len(self.sessions) > self.max_sessions:
-                evicted.append(self.sessions.popitem(last=False)[1])
-        for s in evicted:
-            if s.episode is not None:
-                s.episode.close()
+            evicted = self.sessions.put(sid, session, size)
+        _close_all(evicted)
+
+    def grew(self, sid: str, extra: int) -> None:
+        """Session ``sid`` just stepped, exchanging ``extra`` bytes its episode may now hold."""
+        with self.lock:
+            evicted = self.sessions.grow(sid, extra)
+        _close_all(evicted)
 
     def session(self, sid: str | None) -> _Session:
         if not sid:
@@ -339,18 +412,30 @@ class _State:
 
     def close(self, sid: str) -> bool:
         with self.lock:
-            s = self.sessions.pop(sid, None)
-        if s is not None and s.episode is not None:
-            s.episode.close()
+            s = self.sessions.pop(sid)
+        _close_all([s] if s is not None else [])
         return s is not None
+
+
+def _close_all(sessions: Sequence[_Session]) -> None:
+    for s in sessions:
+        if s.episode is not None:
+            s.episode.close()
+
+
+def safe_text(text: str) -> str:
+    """``text`` with any lone surrogate escaped (``\\ud800``): an error message quoting one must
+    still encode as UTF-8, or the error itself would become a 500."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _crash(what: str, e: Exception) -> HTTPException:
     log.exception("%s failed", what)
-    return HTTPException(500, f"{what} failed: {type(e).__name__}: {e}")
+    return HTTPException(500, safe_text(f"{what} failed: {type(e).__name__}: {e}"))
 
 
-def _step(session: _Session, message: Message) -> dict[str, Any]:
+def _step(state: _State, sid: str, message: Message) -> dict[str, Any]:
+    session = state.session(sid)
     if session.episode is None:
         raise HTTPException(400, "this session has no episode: the environment is single-turn")
     with session.lock:
@@ -358,19 +443,98 @@ def _step(session: _Session, message: Message) -> dict[str, Any]:
             result = session.episode.step(message)
         except Exception as e:
             raise _crash("Episode.step", e) from None
-        return {
+        out = {
             "observations": result.observations,
             "done": result.done,
             "info": result.info,
             "stats": dict(session.episode.stats),
         }
+    # an episode keeps its transcript: count what this step added against the sessions' byte cap
+    state.grew(sid, json_size(message) + json_size(result.observations))
+    return out
 
 
-def create_app(env: Environment, max_sessions: int = 10_000, max_tasks: int = 20_000) -> FastAPI:
+# --------------------------------------------------------------------------- text checks
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _lone_surrogate_at(obj: Any) -> str | None:
+    """Where the first string (key or value) holding a lone surrogate is in parsed JSON, or None.
+
+    Python's ``json`` accepts ``"\\ud800"`` (and, from bytes, UTF-8-encoded surrogates), but such a
+    string cannot be encoded back to UTF-8: the answer that echoes it, a log line, a tokenizer call
+    fails later with a UnicodeEncodeError. Iterative, so a deeply nested body cannot overflow.
+    """
+    stack: list[tuple[Any, str]] = [(obj, "body")]
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, str):
+            m = _SURROGATE.search(value)  # json.loads joins a valid pair into one code point
+            if m is not None:
+                return f"{where}: lone surrogate U+{ord(m.group()):04X} at character {m.start()}"
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                stack.append((k, f"{where}: a key"))
+                stack.append((v, f"{where}.{safe_text(str(k))[:40]}"))
+        elif isinstance(value, list):
+            stack.extend((v, f"{where}[{i}]") for i, v in enumerate(value))
+    return None
+
+
+class _StrictJSONRequest(Request):
+    """A request whose JSON body must be valid UTF-8 without lone surrogates (422 otherwise)."""
+
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            raw = await self.body()
+            try:
+                text = raw.decode("utf-8")  # strict: json.loads(bytes) would let surrogates through
+            except UnicodeDecodeError as e:
+                raise HTTPException(422, f"request body is not valid UTF-8 (byte 0x{raw[e.start]:02x} at "
+                                         f"offset {e.start})") from None
+            parsed = json.loads(text)  # a JSONDecodeError is FastAPI's usual 422
+            bad = _lone_surrogate_at(parsed)
+            if bad is not None:
+                raise HTTPException(422, f"invalid text in the request: {bad}")
+            self._json = parsed
+        return self._json
+
+
+class _StrictJSONRoute(APIRoute):
+    """FastAPI's documented way to use a custom ``Request`` class for a route's body parsing."""
+
+    def get_route_handler(self) -> Any:
+        handler = super().get_route_handler()
+
+        async def strict_handler(request: Request) -> Response:
+            return await handler(_StrictJSONRequest(request.scope, request.receive))
+
+        return strict_handler
+
+
+async def _unhandled(request: Request, exc: Exception) -> JSONResponse:
+    """Catch-all: whatever escapes an endpoint (or its answer's serialization) is a JSON 500 naming
+    the exception, never Starlette's plain-text "Internal Server Error"."""
+    log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return JSONResponse({"detail": safe_text(f"internal error: {type(exc).__name__}: {exc}")}, status_code=500)
+
+
+def create_app(
+    env: Environment,
+    max_sessions: int = MAX_SESSIONS,
+    max_tasks: int = MAX_TASKS_KEPT,
+    *,
+    max_session_bytes: int = MAX_SESSION_BYTES,
+    max_task_bytes: int = MAX_TASK_BYTES,
+    max_tasks_per_request: int = MAX_TASKS_PER_REQUEST,
+) -> FastAPI:
     """A FastAPI app serving ``env``. Endpoints are plain (sync) functions: FastAPI runs them in its
     thread pool, so a slow verifier does not block the event loop."""
     app = FastAPI(title=f"posttrain environment {env.name!r}")
-    state = _State(env, max_sessions, max_tasks)
+    app.router.route_class = _StrictJSONRoute  # before any route is added: every body is checked
+    app.add_exception_handler(Exception, _unhandled)
+    state = _State(env, max_sessions, max_tasks, max_session_bytes, max_task_bytes)
     app.state.posttrain = state
 
     @app.get("/health")
@@ -381,6 +545,8 @@ def create_app(env: Environment, max_sessions: int = 10_000, max_tasks: int = 20
             "domain": env.domain,
             "multi_turn": env.multi_turn,
             "sessions": len(state.sessions),
+            "session_bytes": state.sessions.bytes,
+            "max_tasks_per_request": max_tasks_per_request,
         }
 
     @app.get("/tasks")
@@ -389,15 +555,30 @@ def create_app(env: Environment, max_sessions: int = 10_000, max_tasks: int = 20
         n: int | None = Query(default=None, ge=0),
         seed: int = 0,
         format: Literal["posttrain", "gym"] = "posttrain",
+        offset: int = Query(default=0, ge=0),
     ) -> dict[str, Any]:
+        # Bounded: n=100,000 once answered 44 MB and kept 150 MB (issue 12, item 17). Larger lists
+        # come in pages: tasks [offset, offset + n) of env.tasks(split, offset + n, seed), which is
+        # the same list because environments build tasks in a fixed order (a prefix is stable).
+        if n is not None and n > max_tasks_per_request:
+            raise HTTPException(422, f"n={n} is more than the {max_tasks_per_request} tasks one request may "
+                                     "ask for: ask for pages with offset (RemoteEnvironment.tasks does)")
+        if n is not None and offset + n > MAX_TASK_INDEX:
+            raise HTTPException(422, f"offset + n = {offset + n} is beyond task {MAX_TASK_INDEX}, the deepest "
+                                     "a request may reach")
         try:
-            got = env.tasks(split, n, seed)
+            # n omitted: the environment's own list, answered a page at a time
+            got = env.tasks(split, None if n is None else offset + n, seed)
         except Exception as e:
             raise _crash("Environment.tasks", e) from None
-        state.remember(got)
+        page = got[offset: offset + (n if n is not None else max_tasks_per_request)]
+        next_offset = offset + len(page) if n is None and offset + len(page) < len(got) else None
+        del got
+        dicts = [t.to_dict() for t in page]
+        state.remember(page, [json_size(d) for d in dicts])
         if format == "gym":
-            return {"rows": [task_to_row(t) for t in got]}
-        return {"tasks": [t.to_dict() for t in got]}
+            return {"rows": [task_to_row(t) for t in page], "next_offset": next_offset}
+        return {"tasks": dicts, "next_offset": next_offset}
 
     @app.post("/verify")
     def verify(body: VerifyRequest) -> dict[str, Any]:
@@ -430,7 +611,7 @@ def create_app(env: Environment, max_sessions: int = 10_000, max_tasks: int = 20
         except Exception as e:
             raise _crash("Environment.start_episode", e) from None
         sid = body.resources_session_id or uuid.uuid4().hex
-        state.add_session(sid, _Session(episode, task))
+        state.add_session(sid, _Session(episode, task), json_size(task.to_dict()))
         response.set_cookie(SESSION_COOKIE, sid)
         return {
             "resources_session_id": sid,
@@ -441,7 +622,7 @@ def create_app(env: Environment, max_sessions: int = 10_000, max_tasks: int = 20
     def step(body: StepRequest) -> dict[str, Any]:
         if body.message.get("role") != "assistant":
             raise HTTPException(422, "message.role must be 'assistant'")
-        return _step(state.session(body.resources_session_id), body.message)
+        return _step(state, body.resources_session_id, body.message)
 
     @app.post("/close_session")
     def close_session(body: CloseSessionRequest) -> dict[str, Any]:
@@ -454,9 +635,9 @@ def create_app(env: Environment, max_sessions: int = 10_000, max_tasks: int = 20
         x_session_id: str | None = Header(default=None),
         posttrain_session: str | None = CookieParam(default=None),
     ) -> dict[str, Any]:
-        session = state.session(x_session_id or posttrain_session)
+        sid = x_session_id or posttrain_session
         call = {"type": "function", "function": {"name": tool_name, "arguments": arguments}}
-        out = _step(session, {"role": "assistant", "content": "", "tool_calls": [call]})
+        out = _step(state, sid, {"role": "assistant", "content": "", "tool_calls": [call]})
         tool_obs = [o for o in out["observations"] if o.get("role") == "tool"] or out["observations"]
         return {
             "output": "\n".join(str(o.get("content") or "") for o in tool_obs),

@@ -15,9 +15,14 @@ filtered batch, like any other scorer, and it fills ``batch.teacher_logprobs_BT`
   until a rollout is routed to the teacher, so an unused default costs nothing. Local teachers are
   in eval mode, have ``requires_grad=False`` and score under ``torch.inference_mode``.
 * **Same tokenizer.** The advantage compares log-probs of the *same token ids*, so a teacher must
-  use the student's tokenizer: identical vocab (token → id) and the same eos token. Checked for
-  every teacher before training starts (:meth:`TeacherPool.check_tokenizers`: tokenizers only,
-  cheap). A url teacher can only be probed: its ``/tokenize`` endpoint (vLLM serves one at the
+  use the student's tokenizer: identical vocab (token → id), the same eos token, and the same way
+  of splitting text into those tokens: the same merges, normalizer and pre-tokenizer (compared
+  from the fast tokenizers' ``tokenizer.json``), and identical ids for a set of probe texts. Same
+  vocab with other merges would pass a vocab check, and then the teacher would score token
+  sequences it never saw in training. The teacher's embedding must also cover every id the
+  student's tokenizer has: ``vocab_size`` in the teacher's ``config.json`` (and the loaded model's
+  embedding) must be at least the student tokenizer's length. Checked for every teacher before
+  training starts (:meth:`TeacherPool.check_tokenizers`: tokenizers and config only, cheap). A url teacher can only be probed: its ``/tokenize`` endpoint (vLLM serves one at the
   server root) must give the student's ids for a probe text; a server without it gets a printed
   warning, and every scoring answer that echoes token ids is compared with what was sent.
 * **Scoring** = ``models/logprobs.sampled_logprobs`` (the trainer's own routine) under no grad at
@@ -39,6 +44,7 @@ the end is ignored). vLLM reports raw (temperature-1) prompt log-probs, so url t
 
 from __future__ import annotations
 
+import json
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
@@ -65,9 +71,11 @@ class Teacher(Protocol):
 class LocalTeacher:
     """Weights in this process; scored with the trainer's packed log-prob routine, no grad."""
 
-    def __init__(self, model: Any, micro_batch_tokens: int, pad_id: int) -> None:
+    def __init__(self, model: Any, micro_batch_tokens: int, pad_id: int, name: str = "teacher") -> None:
         from posttrain.models.facts import is_hybrid
 
+        self.name = name
+        self.vocab_size = model.get_input_embeddings().num_embeddings
         self.model = model.eval()
         for p in self.model.parameters():
             p.requires_grad_(False)
@@ -81,6 +89,7 @@ class LocalTeacher:
 
         from posttrain.models.logprobs import micro_batches, prompt_key, sampled_logprobs
 
+        self._check_ids(token_ids)
         out: list[list[float]] = [[] for _ in token_ids]
         with torch.inference_mode():
             prompts = [(k, len(k)) for k in (prompt_key(s, m) for s, m in zip(token_ids, loss_masks))]  # shared once
@@ -99,6 +108,7 @@ class LocalTeacher:
 
         from posttrain.models.logprobs import micro_batches, prompt_key, topk_logprobs
 
+        self._check_ids(token_ids)
         out: list[tuple[list[float], Any, Any]] = [None] * len(token_ids)  # type: ignore[list-item]
         with torch.inference_mode():
             prompts = [(k, len(k)) for k in (prompt_key(s, m) for s, m in zip(token_ids, loss_masks))]  # shared once
@@ -108,6 +118,14 @@ class LocalTeacher:
                 for i, (sampled, lp, ids) in zip(mb, res):
                     out[i] = (sampled.float().cpu().tolist(), lp.float().cpu().clone(), ids.cpu().clone())
         return out
+
+    def _check_ids(self, token_ids: Sequence[Sequence[int]]) -> None:
+        # the load-time check covers the tokenizer; this catches an id beyond it (a student whose own
+        # embedding is padded past its tokenizer can sample one) with a line, not an IndexError
+        top = max((max(s) for s in token_ids if len(s)), default=-1)
+        if top >= self.vocab_size:
+            raise TokenizerMismatch(f"teacher {self.name!r} has an embedding of {self.vocab_size} tokens but a "
+                                    f"rollout holds token id {top}: it cannot score the student's tokens")
 
 
 class RemoteTeacher:
@@ -193,10 +211,68 @@ class RemoteTeacher:
 # --------------------------------------------------------------------------- tokenizer check
 
 PROBE_TEXT = "<|im_start|>user\nWhat is 12 + 30? Answer in JSON: {\"answer\": 42}<|im_end|>\n"
+# Texts both tokenizers must split into identical ids: chat framing, prose, code, numbers, accents
+# and other scripts, emoji, runs of whitespace, tool-call tags. Different merges or pre-tokenizers
+# show up here even where the tokenizer.json comparison cannot run (a slow tokenizer).
+PROBE_TEXTS = (
+    PROBE_TEXT,
+    "The quick brown fox jumps over the lazy dog; reasoning, then the answer.",
+    "def add(a, b):\n    return a + b  # sum of 1,234.5 and 67890\n",
+    "Dates 2024-01-31 and 1999/12/31, pi = 3.14159, -0.001e-7, 123456789012345.",
+    "naïve café, Zürich, Ελληνικά, русский, 東京都, 한국어, हिन्दी, emoji 🙂🚀",
+    "  two  spaces\n\n\ttab\r\nwindows line   trailing   ",
+    ("<think>\nadd them\n</think>\n<tool_call>\n<function=add>\n<parameter=amount>\n5\n</parameter>\n"
+     "</function>\n</tool_call>"),
+)
+# tokenizer.json parts that decide how text becomes ids. Left out on purpose: the decoder (ids →
+# text), the post-processor (which special tokens encode() adds), padding and truncation, and the
+# added tokens' "special" flag (decoding only): none changes the ids of a rollout.
+_SPLIT_PARTS = ("normalizer", "pre_tokenizer", "model")
+_ADDED_TOKEN_FIELDS = ("id", "content", "single_word", "lstrip", "rstrip", "normalized")
+
+
+def _splitting(tok: Any) -> dict[str, Any] | None:
+    """The parts of a fast tokenizer's ``tokenizer.json`` that split text into ids; None for a slow one.
+
+    Merges are read as pairs: ``tokenizers`` writes them as ``"a b"`` or ``["a", "b"]`` by version."""
+    backend = getattr(tok, "backend_tokenizer", None)
+    if backend is None:
+        return None
+    spec = json.loads(backend.to_str())
+    out = {part: spec.get(part) for part in _SPLIT_PARTS}
+    model = dict(out["model"] or {})
+    if isinstance(model.get("merges"), list):
+        model["merges"] = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in model["merges"]]
+    out["model"] = model
+    added = sorted(spec.get("added_tokens") or [], key=lambda t: t.get("id", 0))
+    out["added_tokens"] = [{k: t.get(k) for k in _ADDED_TOKEN_FIELDS} for t in added]
+    return out
+
+
+def _first_difference(student: dict[str, Any], teacher: dict[str, Any]) -> str | None:
+    """Which splitting part differs, said briefly (the first differing merge for merges)."""
+    for part in (*_SPLIT_PARTS, "added_tokens"):
+        a, b = student[part], teacher[part]
+        if a == b:
+            continue
+        if part != "model":
+            return f"its {part.replace('_', '-')} differs"
+        if a.get("type") != b.get("type"):
+            return f"its model is {b.get('type')} where the student's is {a.get('type')}"
+        ma, mb = a.get("merges") or [], b.get("merges") or []
+        if ma != mb:
+            i = next((i for i, (x, y) in enumerate(zip(ma, mb)) if x != y), min(len(ma), len(mb)))
+            at_t, at_s = (repr(" ".join(m[i])) if i < len(m) else "nothing" for m in (mb, ma))
+            return (f"its merges differ ({len(mb)} vs the student's {len(ma)}; merge {i} is {at_t} where the "
+                    f"student's is {at_s})")
+        keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+        return f"its {a.get('type') or 'model'} settings differ ({', '.join(keys)})"
+    return None
 
 
 def compare_tokenizers(student: Any, teacher: Any, teacher_name: str) -> None:
-    """Raise :class:`TokenizerMismatch` unless both map every token to the same id and stop alike."""
+    """Raise :class:`TokenizerMismatch` unless both map every token to the same id, split text into
+    the same ids (merges, normalizer, pre-tokenizer; probe texts) and stop alike."""
     vs, vt = student.get_vocab(), teacher.get_vocab()
     if vs != vt:
         only_s = sorted(set(vs.items()) - set(vt.items()), key=lambda kv: kv[1])[:3]
@@ -208,6 +284,54 @@ def compare_tokenizers(student: Any, teacher: Any, teacher_name: str) -> None:
     if student.eos_token != teacher.eos_token:
         raise TokenizerMismatch(f"teacher {teacher_name!r} stops on {teacher.eos_token!r} but the student on "
                                 f"{student.eos_token!r}: use teachers with the student's tokenizer")
+    def splits_differently(why: str) -> TokenizerMismatch:
+        return TokenizerMismatch(
+            f"teacher {teacher_name!r} has the student's vocabulary but splits text differently: {why}. On-policy "
+            "distillation scores the student's token ids, which the teacher would not have produced for the same "
+            "text: use the student's tokenizer for the teacher")
+
+    ss, st = _splitting(student), _splitting(teacher)
+    if ss is not None and st is not None:
+        why = _first_difference(ss, st)
+        if why is not None:
+            raise splits_differently(why)
+    for text in PROBE_TEXTS:
+        want = student(text, add_special_tokens=False)["input_ids"]
+        got = teacher(text, add_special_tokens=False)["input_ids"]
+        if got != want:
+            i = next((i for i, (x, y) in enumerate(zip(want, got)) if x != y), min(len(want), len(got)))
+            raise splits_differently(f"the probe text {text[:30]!r}... gives other ids from token {i} "
+                                     f"({got[i:i + 4]} vs the student's {want[i:i + 4]})")
+
+
+def student_vocab_size(tok: Any) -> int:
+    """How many embedding rows a model needs for every id the student's tokenizer can produce."""
+    return max(len(tok), max(tok.get_vocab().values(), default=-1) + 1)
+
+
+def check_teacher_vocab(teacher_name: str, teacher_vocab: int | None, student: Any, where: str = "") -> None:
+    """Raise :class:`TokenizerMismatch` when the teacher's embedding has fewer rows than the student's
+    tokenizer has ids (it would pass the tokenizer check, then fail with an IndexError when scoring)."""
+    need = student_vocab_size(student)
+    if teacher_vocab is not None and teacher_vocab < need:
+        raise TokenizerMismatch(f"teacher {teacher_name!r}{where} has an embedding of {teacher_vocab} tokens but the "
+                                f"student's tokenizer has {need} ids: it cannot score every token the student "
+                                f"can write; use a teacher with vocab_size >= {need}")
+
+
+def config_vocab_size(model_dir: Any) -> int | None:
+    """``vocab_size`` from a model directory's config.json (a multimodal model's text config
+    included), or None when it does not say."""
+    from pathlib import Path
+
+    try:
+        cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    for c in (cfg, cfg.get("text_config") or {}, cfg.get("llm_config") or {}):
+        if isinstance(c, dict) and isinstance(c.get("vocab_size"), int):
+            return c["vocab_size"]
+    return None
 
 
 # --------------------------------------------------------------------------- the pool
@@ -244,32 +368,39 @@ class TeacherPool:
             else:
                 model, tok = self.loader(spec.model)  # type: ignore[arg-type]
                 compare_tokenizers(self.tokenizer, tok, name)
+                check_teacher_vocab(name, model.get_input_embeddings().num_embeddings, self.tokenizer)
                 pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-                self.loaded[spec.key] = LocalTeacher(model, self.micro_batch_tokens, pad)
+                self.loaded[spec.key] = LocalTeacher(model, self.micro_batch_tokens, pad, name)
         return self.loaded[spec.key]
 
     def check_tokenizers(self) -> None:
-        """Compare every teacher's tokenizer with the student's before any weights are loaded."""
-        from posttrain.models.loading import ModelNotFound, load_tokenizer
+        """Compare every teacher's tokenizer with the student's, and a local teacher's embedding size
+        (config.json's ``vocab_size``) with the student's tokenizer, before any weights are loaded."""
+        from posttrain.models.loading import ModelNotFound, load_tokenizer, resolve_spec
 
         for spec in self.cfg.models:
             if spec.model is not None:
                 try:
                     tok = load_tokenizer(spec.model)
+                    where = resolve_spec(spec.model)
                 except ModelNotFound as e:
                     raise ModelNotFound(f"teacher {spec.name!r}: {e}") from None
                 compare_tokenizers(self.tokenizer, tok, spec.name)
+                if not isinstance(where, str):  # a directory; a tiny model is built to its tokenizer's size
+                    check_teacher_vocab(spec.name, config_vocab_size(where), self.tokenizer, f" ({where})")
                 continue
             remote = self.teacher(spec.name)
-            want = self.tokenizer(PROBE_TEXT, add_special_tokens=False)["input_ids"]
-            got = remote.tokenize(PROBE_TEXT)  # type: ignore[attr-defined]
-            if got is None:
-                print(f"[distill] warning: teacher {spec.name!r} ({spec.url}) has no /tokenize endpoint; its "
-                      "tokenizer is only checked against echoed token ids while scoring")
-            elif got != want:
-                raise TokenizerMismatch(f"teacher {spec.name!r} ({spec.url}) tokenizes a probe text differently "
-                                        f"from the student ({got[:8]}... vs {want[:8]}...): it needs the "
-                                        "student's tokenizer")
+            for text in PROBE_TEXTS:
+                want = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+                got = remote.tokenize(text)  # type: ignore[attr-defined]
+                if got is None:
+                    print(f"[distill] warning: teacher {spec.name!r} ({spec.url}) has no /tokenize endpoint; its "
+                          "tokenizer is only checked against echoed token ids while scoring")
+                    break
+                if got != want:
+                    raise TokenizerMismatch(f"teacher {spec.name!r} ({spec.url}) tokenizes a probe text "
+                                            f"differently from the student ({got[:8]}... vs {want[:8]}...): it "
+                                            "needs the student's tokenizer")
 
     def __call__(self, rollouts: Sequence[Any], batch: Any) -> dict[str, float]:
         """Fill ``batch.teacher_logprobs_BT`` for the rollouts still in the batch; return metrics.

@@ -20,6 +20,7 @@ import pytest
 from posttrain.envs.base import Environment, Episode, StepResult, Task, VerifyResult, final_answer_text
 from posttrain.envs.remote import RemoteEnvironment, build_verify_body, make_remote
 from posttrain.envs.server import (
+    MAX_TASKS_PER_REQUEST,
     SESSION_HEADER,
     add_arguments,
     conversation_after_prompt,
@@ -54,6 +55,8 @@ class AddEnv(Environment):
     def verify(self, task, messages):
         if task.ground_truth == "boom":
             raise ValueError("ground truth is not a number")
+        if task.ground_truth == "surrogate":  # an answer that cannot be encoded as UTF-8
+            return VerifyResult(0.0, {}, "reason with a lone surrogate \ud800")
         m = ANSWER_RE.search(final_answer_text(messages))
         if m is None:
             return VerifyResult(0.0, {"correct": 0.0}, "no_answer")
@@ -502,3 +505,101 @@ def test_hostile_function_call_arguments_stay_raw_for_the_env_to_count(arguments
     assert msg["tool_calls"][0]["function"]["arguments"] == arguments
     with pytest.raises(ToolCallParseError):
         _arguments_of(msg["tool_calls"][0])
+
+
+# --------------------------------------------------------------------------- limits (issue 12, item 17)
+
+
+def test_tasks_per_request_are_bounded_and_paged(add_server):
+    env, url = add_server
+    # n=100,000 used to answer 44 MB (and keep 150 MB): now a JSON 422 that says how to page
+    for n in (MAX_TASKS_PER_REQUEST + 1, 100_000):
+        r = get(f"{url}/tasks", params={"n": n})
+        assert r.status_code == 422 and "offset" in r.json()["detail"], (n, r.status_code, r.text[:200])
+    assert get(f"{url}/tasks", params={"n": 10, "offset": 99_995}).status_code == 422  # beyond MAX_TASK_INDEX
+    # a page is the slice of the full list, and the client pages transparently
+    with running_server(create_app(env, max_tasks_per_request=7)) as small:
+        page = get(f"{small}/tasks", params={"n": 5, "offset": 9, "seed": 3}).json()
+        assert [Task.from_dict(d) for d in page["tasks"]] == env.tasks("train", 14, seed=3)[9:]
+        assert get(f"{small}/tasks", params={"n": 8}).status_code == 422
+        first = get(f"{small}/tasks").json()  # n omitted: the env's own list (20 tasks), page by page
+        assert len(first["tasks"]) == 7 and first["next_offset"] == 7
+        last = get(f"{small}/tasks", params={"offset": 14, "format": "gym"}).json()
+        assert len(last["rows"]) == 6 and last["next_offset"] is None
+        remote = make_remote(small)
+        assert remote.page_size == 7
+        assert remote.tasks("validation", n=17, seed=1) == env.tasks("validation", 17, seed=1)
+        assert remote.tasks("train") == env.tasks("train")
+        assert remote.tasks("train", n=0) == []
+        remote.close()
+
+
+def _big_task(i, size):
+    task = CounterEnv().tasks("train", 1)[0].to_dict()
+    return {**task, "id": f"big-{i}", "metadata": {"padding": "x" * size}}
+
+
+def test_sessions_and_kept_tasks_are_capped_by_bytes():
+    cap = 50_000
+    app = create_app(CounterEnv(), max_session_bytes=cap, max_task_bytes=cap)
+    with running_server(app) as url:
+        sids = [post(f"{url}/seed_session", json={"task": _big_task(i, 20_000)}).json()["resources_session_id"]
+                for i in range(6)]
+        health = get(f"{url}/health").json()
+        # by count (10,000) all six would be kept, 120 kB; by bytes only the newest two fit in 50 kB
+        assert health["sessions"] == 2 and health["session_bytes"] <= cap
+        assert post(f"{url}/total", json={}, headers={SESSION_HEADER: sids[0]}).status_code == 404
+        assert post(f"{url}/total", json={}, headers={SESSION_HEADER: sids[-1]}).status_code == 200
+        # the tasks remembered for task_id look-ups are capped alike: the oldest is forgotten
+        body = {"responses_create_params": {"input": [], "metadata": {"task_id": "big-0"}},
+                "response": {"output": []}}
+        assert post(f"{url}/verify", json=body).status_code == 422
+        body["responses_create_params"]["metadata"]["task_id"] = "big-5"
+        assert post(f"{url}/verify", json=body).status_code == 200
+        # what a session's steps exchange counts too: a big step pushes out the other session
+        turn = {"role": "assistant", "content": "y" * 30_000, "tool_calls": [call("add", amount=1)]}
+        r = post(f"{url}/step", json={"resources_session_id": sids[-1], "message": turn})
+        assert r.status_code == 200
+        health = get(f"{url}/health").json()
+        assert health["sessions"] == 1 and post(f"{url}/total", json={}, headers={SESSION_HEADER: sids[-2]}).status_code == 404
+        # the newest session is kept even alone over the cap (its task fits nowhere else)
+        sid = post(f"{url}/seed_session", json={"task": _big_task(9, 80_000)}).json()["resources_session_id"]
+        assert get(f"{url}/health").json()["sessions"] == 1
+        assert post(f"{url}/total", json={}, headers={SESSION_HEADER: sid}).status_code == 200
+
+
+INVALID_TEXT = [
+    b'{"resources_session_id": "s\\ud800", "message": {"role": "assistant", "content": "\\udc00"}}',  # lone surrogates
+    '{"message": {"role": "assistant", "content": "\u00e9"}}'.encode("latin-1"),  # not UTF-8
+    b'{"message": {"role": "assistant", "content": "\xed\xa0\x80"}}',  # a surrogate encoded as UTF-8
+]
+
+
+@pytest.mark.parametrize("raw", INVALID_TEXT, ids=["escaped_surrogate", "latin1", "utf8_surrogate"])
+@pytest.mark.parametrize("path", ["/verify", "/seed_session", "/step", "/add", "/close_session"])
+def test_invalid_text_is_a_json_422_not_a_plain_text_500(counter_server, path, raw):
+    _, url = counter_server
+    r = post(f"{url}{path}", content=raw, headers={"content-type": "application/json", SESSION_HEADER: "s"})
+    assert r.status_code == 422, (r.status_code, r.text[:200])
+    assert r.headers["content-type"] == "application/json"
+    assert re.search(r"lone surrogate U\+D[89A-F]|not valid UTF-8", r.json()["detail"]), r.json()
+
+
+def test_verify_body_with_a_surrogate_in_a_task_is_rejected(add_server):
+    # the NeMo Gym body echoed back with a lone surrogate was a plain-text 500 before
+    _, url = add_server
+    body = build_verify_body(AddEnv().tasks("train", 1)[0], [{"role": "assistant", "content": "Answer: 1"}])
+    raw = json.dumps(body).replace("Answer: 1", "Answer: 1 \\ud83d").encode()
+    r = post(f"{url}/verify", content=raw, headers={"content-type": "application/json"})
+    assert r.status_code == 422 and "body.response.output[0].content[0].text: lone surrogate U+D83D" in r.json()["detail"]
+    ok = json.dumps(body).replace("Answer: 1", "Answer: 1 \\ud83d\\ude00").encode()  # a valid pair is text
+    assert post(f"{url}/verify", content=ok, headers={"content-type": "application/json"}).status_code == 200
+
+
+def test_any_unhandled_error_is_a_json_500(add_server):
+    # an environment's answer that cannot be serialized escapes the endpoint: the catch-all handler
+    _, url = add_server
+    task = Task("odd-1", "math", [{"role": "user", "content": "?"}], ground_truth="surrogate")
+    r = post(f"{url}/verify", json=build_verify_body(task, [{"role": "assistant", "content": "Answer: 1"}]))
+    assert r.status_code == 500 and r.headers["content-type"] == "application/json"
+    assert r.json()["detail"].startswith("internal error: ")

@@ -178,3 +178,83 @@ def test_recipe_validates():
 
     cfg = load_config(DistillConfig, Path(__file__).parents[2] / "recipes" / "distill.yaml")
     assert cfg.teachers.teacher_for("math") == "math" and cfg.teachers.teacher_for("mcq") == "generalist"
+
+
+# --------------------------------------------------------------------------- issue 12, item 18 (teachers)
+
+
+def _retokenized(edit):
+    """The tiny tokenizer with its tokenizer.json edited by ``edit(dict)``: same vocabulary, other splitting."""
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    tok = tiny_tokenizer()
+    spec = json.loads(tok.backend_tokenizer.to_str())
+    edit(spec)
+    return PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(spec)), bos_token=tok.bos_token,
+                                   eos_token=tok.eos_token, pad_token=tok.pad_token, unk_token=tok.unk_token)
+
+
+def _reverse_merges(spec):
+    spec["model"]["merges"] = spec["model"]["merges"][::-1]
+
+
+def _no_regex(spec):
+    spec["pre_tokenizer"]["use_regex"] = False
+
+
+def test_same_vocab_with_other_merges_or_pre_tokenizer_is_a_mismatch(tmp_path, monkeypatch):
+    # this passed the old check (vocab and eos only): a teacher would score token sequences it would
+    # never have produced for the same text
+    student = tiny_tokenizer()
+    merged = _retokenized(_reverse_merges)
+    assert merged.get_vocab() == student.get_vocab() and merged.eos_token == student.eos_token
+    d = tiny_dir("tiny-llama", tmp_path)
+    merged.save_pretrained(d)  # through a directory, as a real teacher comes
+    cfg = TeachersConfig(models=[{"name": "remerged", "model": str(d), "domains": ["math"]}])
+    loader = CountingLoader()
+    with pytest.raises(TokenizerMismatch, match=r"'remerged' has the student's vocabulary but splits text "
+                                                r"differently: its merges differ \(253 vs the student's 253; merge 0"):
+        TeacherPool(cfg, student, loader=loader).check_tokenizers()
+    assert loader.calls == []
+    from posttrain.scorers.teachers import compare_tokenizers
+
+    with pytest.raises(TokenizerMismatch, match="its pre-tokenizer differs"):
+        compare_tokenizers(student, _retokenized(_no_regex), "t")
+    # where tokenizer.json cannot be compared (a slow tokenizer), the probe texts still catch it
+    monkeypatch.setattr("posttrain.scorers.teachers._splitting", lambda tok: None)
+    with pytest.raises(TokenizerMismatch, match="the probe text .* gives other ids from token"):
+        compare_tokenizers(student, merged, "t")
+    compare_tokenizers(student, tiny_tokenizer(), "t")  # the same tokenizer still passes both checks
+
+
+def test_teacher_embedding_smaller_than_the_students_tokenizer_fails_at_load(tmp_path):
+    # this passed the old check, then scoring hit an id past the teacher's embedding (IndexError)
+    student = tiny_tokenizer()
+    small = tmp_path / "small"
+    build_tiny("tiny-llama", 400).save_pretrained(small)
+    student.save_pretrained(small)
+    cfg = TeachersConfig(models=[{"name": "small", "model": str(small), "domains": ["math"]}])
+    loader = CountingLoader()
+    with pytest.raises(TokenizerMismatch, match=rf"teacher 'small' \(.*small\) has an embedding of 400 tokens but "
+                                                rf"the student's tokenizer has {len(student)} ids"):
+        TeacherPool(cfg, student, loader=loader).check_tokenizers()
+    assert loader.calls == []  # from config.json: before any weights load
+
+    # a loader (or a spec without config.json) is checked when the weights load, before scoring
+    def small_loader(spec):
+        return build_tiny("tiny-llama", 400), tiny_tokenizer()
+
+    pool = TeacherPool(TeachersConfig(models=[{"name": "tiny", "model": "tiny-llama", "domains": ["math"]}]),
+                       student, loader=small_loader)
+    rollouts = _rollouts()[:1]
+    batch, _ = filtered_batch(rollouts, AlgoConfig(dynamic_filter=False))
+    with pytest.raises(TokenizerMismatch, match="teacher 'tiny' has an embedding of 400 tokens"):
+        pool(rollouts, batch)
+    # and an id past a loaded teacher's embedding is one line, not an IndexError from the forward
+    from posttrain.scorers.teachers import LocalTeacher
+
+    teacher = LocalTeacher(build_tiny("tiny-llama", 400), 4096, 0, "t")
+    with pytest.raises(TokenizerMismatch, match="teacher 't' has an embedding of 400 tokens but a rollout holds "
+                                                "token id 450"):
+        teacher.score([[5, 450, 7]], [[0, 1, 1]])
