@@ -377,6 +377,6 @@ def save(t: Trainer, step: int, stage: Stage) -> Path:
     state = {"optimizer": t.opt.state_dict(), "rng": rng_state(), **stage.state_dict()}
     try:
         return save_checkpoint(t.run_dir, step, t.model, t.tokenizer, state, t.cfg.train.keep_last)
-    except OSError as e:
+    except Exception as e:  # OSError, or the writer's own wrapping of it (safetensors' SafetensorError)
         raise CheckpointError(f"cannot write the step {step} checkpoint in {t.run_dir / 'checkpoints'} ({_why(e)}); "
                               f"{_last_good(t)}: free disk space and re-run the same command to resume") from None

@@ -324,3 +324,32 @@ def test_cli_failure_is_one_line_exit_2(case, data_file, tiny_model_dir, tmp_pat
         assert latest_checkpoint(tmp_path / "run") == ckpts / "step_000001"
         assert sorted(p.name for p in ckpts.iterdir()) == ["latest", "step_000001"]  # no temp dir left
         assert _finite(ckpts / "step_000001")
+
+
+def test_a_real_failed_checkpoint_write_is_one_line_and_keeps_the_previous_checkpoint(data_file, tmp_path):
+    """No monkeypatch: a file-size limit makes the kernel refuse the write (EFBIG) inside safetensors'
+    own writer, which wraps it in its own exception type, as it does a full disk's ENOSPC."""
+    import subprocess
+    import sys
+    import textwrap
+
+    run = tmp_path / "run"
+    argv = _sft(run, data_file)
+    script = textwrap.dedent(f"""
+        import resource, signal, sys
+        from posttrain import cli
+        argv = {[a for a in argv if not a.startswith("train.steps=")]!r}
+        assert cli.main(argv + ["train.steps=1"]) == 0
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a failed write, not a killed process
+        resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
+        sys.exit(cli.main(argv + ["train.steps=2"]))
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    err = r.stderr.strip()
+    assert r.returncode == 2, err[-3000:]
+    assert len(err.splitlines()) == 1 and err.startswith("error: cannot write the step 2 checkpoint"), err
+    assert "step_000001, is kept" in err
+    ckpts = run / "checkpoints"
+    assert sorted(p.name for p in ckpts.iterdir()) == ["latest", "step_000001"]
+    assert latest_checkpoint(run) == ckpts / "step_000001" and _finite(ckpts / "step_000001")
