@@ -73,6 +73,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     module = importlib.import_module(COMMANDS[args.command][0])
+    bars = None
+    if getattr(args, "no_progress", False):  # no bar means none: transformers' loading / saving bars too
+        from transformers.utils import logging as hf_logging
+
+        bars = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()
     try:
         return int(module.run(args) or 0)
     except KeyboardInterrupt:
@@ -86,6 +92,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 2
         raise
+    finally:
+        if bars:
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.enable_progress_bar()
 
 
 if __name__ == "__main__":

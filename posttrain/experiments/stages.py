@@ -50,7 +50,7 @@ def measure(cfg: PipelineConfig, model_spec: str, data: dict[str, Any]) -> dict[
 
     loaded = load_model(model_spec)
     rows, _ = read_conversations(data["validation"])
-    val = heldout_loss(loaded.model, tokenize_rows(loaded.tokenizer, rows), 1024, not is_hybrid(loaded.model),
+    val = heldout_loss(loaded.model, tokenize_rows(loaded.tokenizer, rows)[0], 1024, not is_hybrid(loaded.model),
                        loaded.tokenizer.pad_token_id or 0, lambda: autocast("fp32", loaded.device))
 
     tasks = arithmetic_tasks(cfg.n_eval, cfg.seed + 2, "validation", max_digits=cfg.max_digits)

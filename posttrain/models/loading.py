@@ -37,6 +37,10 @@ class ModelNotFound(UserError, FileNotFoundError):
     pass
 
 
+class ModelLoadError(UserError):
+    """A model directory exists but its files cannot be read (corrupt or partly written)."""
+
+
 def default_device() -> str:
     import torch
 
@@ -153,12 +157,19 @@ def load_model(
     device = device or default_device()
     dtype = dtype or default_dtype(device)
     where = resolve_spec(spec)
-    tok = load_tokenizer(spec)
     if isinstance(where, str):
+        tok = load_tokenizer(spec)
         model = tiny.build_tiny(where, vocab_size=len(tok), seed=seed)
         model.to(dtype=dtype)
     else:
-        model = AutoModelForCausalLM.from_pretrained(where, dtype=dtype)
+        try:  # a truncated or corrupt safetensors / config file: one line, not a safetensors traceback
+            tok = load_tokenizer(spec)
+            model = AutoModelForCausalLM.from_pretrained(where, dtype=dtype)
+        except Exception as e:
+            lines = str(e).strip().splitlines()
+            why = f"{type(e).__name__}: {lines[0][:200] if lines else ''}"
+            raise ModelLoadError(f"model {spec!r}: cannot load {where} ({why}): its files are corrupt or "
+                                 "incomplete; re-export or re-download it, or point model= elsewhere") from None
     model.to(device)
     if model.generation_config is not None and tok.pad_token_id is not None:
         model.generation_config.pad_token_id = tok.pad_token_id

@@ -23,6 +23,13 @@ One step::
 Resume: a checkpoint stores the weights (an HF directory), the optimizer, every RNG and the
 stage's own state (:meth:`Stage.state_dict`); data order and sampling seeds are functions of
 (seed, step), so a killed and resumed run ends with bit-identical weights (tested for SFT and RL).
+
+Failures the user can act on end the run with one line (``UserError``, printed by the CLI), never
+with a checkpoint that would poison the resume: a non-finite loss or gradient norm stops before
+the optimizer step (:class:`TrainingDiverged`), weights that became non-finite are never saved, a
+run directory that cannot be written fails before the model loads (:class:`RunDirError`), and a
+checkpoint that cannot be written (disk full) or read back says which one and what to do
+(:class:`CheckpointError`); the previous checkpoint stays intact in every case.
 """
 
 from __future__ import annotations
@@ -36,8 +43,29 @@ from typing import Any, Callable, Protocol
 
 from posttrain.configs import save_config
 from posttrain.configs.train import LoRAConfig, LoopConfig, MoEConfig, OptimConfig
+from posttrain.errors import UserError
 
 FAULT_ENV = "POSTTRAIN_FAULT_AFTER_STEP"  # test hook: SIGKILL the process right after that step
+
+
+class TrainingDiverged(UserError):
+    """The loss, the gradient norm or the weights stopped being finite (usually: lr too high)."""
+
+
+class RunDirError(UserError):
+    """The run directory (config, metrics) cannot be written."""
+
+
+class CheckpointError(UserError):
+    """A checkpoint cannot be written (disk full) or the one to resume from cannot be read."""
+
+
+def _why(e: BaseException) -> str:
+    """An exception as a short phrase for a one-line error message."""
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror + (f": {e.filename}" if e.filename else "")
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0][:200] if text else ''}".rstrip(": ")
 
 
 @dataclass
@@ -122,18 +150,29 @@ def setup(cfg: StageConfig, lora: LoRAConfig | None = None, freeze_routers: bool
     run_dir, loop = Path(cfg.run_dir), cfg.train
     if loop.threads:
         torch.set_num_threads(loop.threads)
-    save_config(cfg, run_dir)
+    try:  # first thing: a run directory we cannot write fails before any model loads
+        save_config(cfg, run_dir)
+    except OSError as e:
+        raise RunDirError(f"cannot write the run directory {run_dir} ({_why(e)}): set run_dir= to a "
+                          "writable directory") from None
     torch.manual_seed(loop.seed)
     resume_from = latest_checkpoint(run_dir)
     loaded = load_model(cfg.model, seed=loop.seed)
     model, tok, device = loaded.model, loaded.tokenizer, loaded.device
     lora_on = lora is not None and lora.enabled
-    if resume_from is not None and not lora_on:
-        from transformers import AutoModelForCausalLM
+    try:
+        if resume_from is not None and not lora_on:
+            from transformers import AutoModelForCausalLM
 
-        model = AutoModelForCausalLM.from_pretrained(resume_from, dtype=model.dtype).to(device)
-    if lora_on:
-        model = _apply_lora(model, lora, resume_from)  # type: ignore[arg-type]
+            model = AutoModelForCausalLM.from_pretrained(resume_from, dtype=model.dtype).to(device)
+        if lora_on:
+            model = _apply_lora(model, lora, resume_from)  # type: ignore[arg-type]
+        state = load_trainer_state(resume_from) if resume_from is not None else {}
+    except Exception as e:  # safetensors / torch.load / config errors of a damaged checkpoint
+        if resume_from is None:
+            raise
+        raise CheckpointError(f"cannot resume from {resume_from} ({_why(e)}): the checkpoint is damaged; delete "
+                              f"it (rm -r {resume_from}) to resume from the one before, or use a new run_dir") from None
     model.config.use_cache = False
     routers = moe_lib.freeze_routers(model) if freeze_routers else len(moe_lib.find_routers(model))
     monitor = moe_lib.RouterMonitor(model).__enter__() if routers else None
@@ -143,14 +182,14 @@ def setup(cfg: StageConfig, lora: LoRAConfig | None = None, freeze_routers: bool
     groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": cfg.optim.weight_decay},
               {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]  # norms, biases: no decay
     opt = torch.optim.AdamW(groups, lr=cfg.optim.lr, betas=(cfg.optim.beta1, cfg.optim.beta2), eps=cfg.optim.eps)
-    start, state = 0, {}
+    start = 0
     if resume_from is not None:
-        state = load_trainer_state(resume_from)
         opt.load_state_dict(state.pop("optimizer"))
         set_rng_state(state.pop("rng"))
         start = state.pop("step")
-        truncate_metrics(run_dir, start)
         print(f"[{run_dir.name}] resuming from {resume_from} (step {start}/{loop.steps})")
+    # drop the lines of steps that will be redone and any line torn by a full disk or a kill
+    truncate_metrics(run_dir, start if resume_from is not None else None)
     log = MetricsLogger(run_dir, loop.tensorboard, loop.wandb_project, cfg.model_dump(mode="json"))  # type: ignore[attr-defined]
     return Trainer(cfg, model, tok, device, opt, params, lambda: autocast(precision, device), monitor, log,
                    start, resume_from, state)
@@ -175,6 +214,20 @@ def run(t: Trainer, stage: Stage, loss_fn: Callable[[Any], Any], progress: bool 
 
     ``stop_after`` (tests) returns right after that step as if the process had been killed there.
     """
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    if not progress:  # no bar means none: not even transformers' "Writing model shards" at each checkpoint
+        hf_logging.disable_progress_bar()
+    try:
+        return _run(t, stage, loss_fn, progress, stop_after)
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def _run(t: Trainer, stage: Stage, loss_fn: Callable[[Any], Any], progress: bool, stop_after: int | None
+         ) -> dict[str, Any]:
     from tqdm.auto import tqdm
 
     from posttrain.train.schedule import wsd_lr_factor
@@ -195,12 +248,16 @@ def run(t: Trainer, stage: Stage, loss_fn: Callable[[Any], Any], progress: bool 
             g["lr"] = lr
         batch = stage.prepare(step)
         t1 = time.perf_counter()
-        m = {**batch.metrics, **update(t, stage, batch.micro, loss_fn), "lr": lr}
+        m = {**batch.metrics, **update(t, stage, batch.micro, loss_fn, step=step), "lr": lr}
         m.update(time_update_s=time.perf_counter() - t1, step_s=time.perf_counter() - t0)
         done = step + 1
         m = stage.end_step(done, batch, m)
         if done % getattr(loop, "log_every", 1) == 0 or done == loop.steps:
-            t.log.log(done, m)
+            try:
+                t.log.log(done, m)
+            except OSError as e:
+                raise RunDirError(f"step {done}: cannot append to {t.log.path} ({_why(e)}): free disk space and "
+                                  "re-run the same command to resume from the last checkpoint") from None
         bar.set_postfix(stage.postfix(m))
         bar.update(1)
         if done == loop.steps or (loop.save_every and done % loop.save_every == 0):
@@ -216,19 +273,24 @@ def run(t: Trainer, stage: Stage, loss_fn: Callable[[Any], Any], progress: bool 
     return m
 
 
-def update(t: Trainer, stage: Stage, micro: list[Any], loss_fn: Callable[[Any], Any]) -> dict[str, Any]:
+def update(t: Trainer, stage: Stage, micro: list[Any], loss_fn: Callable[[Any], Any],
+           step: int | None = None) -> dict[str, Any]:
     """Accumulate the step's gradient over ``micro`` and take one optimizer step.
 
     Loss metrics are means over the tokens of the step (each micro-batch weighted by its mask);
     ``loss`` is the sum of the micro-batch losses, i.e. the step's loss when the loss is normalised
     by the step's token count (``num_tokens``), as every registered loss is here. No micro-batch
-    (every rollout filtered): no update, no bias move.
+    (every rollout filtered, no trainable token): no update, no bias move, ``update_skipped`` = 1.
+    A non-finite loss or gradient norm raises :class:`TrainingDiverged` before the optimizer step,
+    so the weights stay those of the last finite step.
     """
+    import math
+
     import torch
 
     t.opt.zero_grad(set_to_none=True)
     if not micro:
-        return {}
+        return {"update_skipped": 1.0}
     t.model.train()
     if t.monitor is not None:
         t.monitor.clear()  # drop routing recorded while sampling / evaluating: only training passes count
@@ -258,6 +320,13 @@ def update(t: Trainer, stage: Stage, micro: list[Any], loss_fn: Callable[[Any], 
     m: dict[str, Any] = {k: v / weight for k, v in sums.items()} if weight else {}
     m["loss"] = loss_total
     m["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(t.params, t.cfg.optim.grad_clip))
+    if not (math.isfinite(loss_total) and math.isfinite(m["grad_norm"])):
+        t.opt.zero_grad(set_to_none=True)
+        where = f"step {step + 1}" if step is not None else "this step"
+        raise TrainingDiverged(
+            f"{where}: loss {loss_total:g}, gradient norm {m['grad_norm']:g}: training diverged (not finite); "
+            f"no update was applied and no checkpoint written ({_last_good(t)}); lower optim.lr "
+            f"(now {t.cfg.optim.lr:g}) and re-run")
     t.opt.step()
     if lb_coef:
         m["moe_lb_loss"] = lb_total / len(micro)
@@ -283,9 +352,31 @@ def update_expert_biases(monitor: Any, loads: dict[str, Any], rate: float) -> fl
     return sum(ratios) / max(len(ratios), 1)
 
 
+def _last_good(t: Trainer) -> str:
+    from posttrain.train.checkpoint import latest_checkpoint
+
+    last = latest_checkpoint(t.run_dir)
+    return f"the last checkpoint, {last}, is kept" if last is not None else "there is no earlier checkpoint"
+
+
 def save(t: Trainer, step: int, stage: Stage) -> Path:
-    """Checkpoint: HF weights + optimizer + RNG + the stage's state, atomically."""
+    """Checkpoint: HF weights + optimizer + RNG + the stage's state, atomically.
+
+    Weights that are no longer finite are not saved (a resume would start from garbage); a write
+    that fails (disk full) leaves the previous checkpoint as it was and says so in one line.
+    """
+    import torch
+
     from posttrain.train.checkpoint import rng_state, save_checkpoint
 
+    with torch.no_grad():
+        finite = all(bool(torch.isfinite(p).all()) for p in t.params)
+    if not finite:
+        raise TrainingDiverged(f"step {step}: the weights are no longer finite after the update: training diverged; "
+                               f"not saved ({_last_good(t)}); lower optim.lr (now {t.cfg.optim.lr:g}) and re-run")
     state = {"optimizer": t.opt.state_dict(), "rng": rng_state(), **stage.state_dict()}
-    return save_checkpoint(t.run_dir, step, t.model, t.tokenizer, state, t.cfg.train.keep_last)
+    try:
+        return save_checkpoint(t.run_dir, step, t.model, t.tokenizer, state, t.cfg.train.keep_last)
+    except Exception as e:  # OSError, or the writer's own wrapping of it (safetensors' SafetensorError)
+        raise CheckpointError(f"cannot write the step {step} checkpoint in {t.run_dir / 'checkpoints'} ({_why(e)}); "
+                              f"{_last_good(t)}: free disk space and re-run the same command to resume") from None

@@ -1,8 +1,17 @@
-"""Run metrics: one JSON line per step in ``metrics.jsonl``; TensorBoard / W&B when asked and installed."""
+"""Run metrics: one JSON line per step in ``metrics.jsonl``; TensorBoard / W&B when asked and installed.
+
+A disk that fills up (or a kill) can leave the last line cut short. Every append is one ``write``
+of one whole line on an ``O_APPEND`` descriptor, so lines never interleave or split in two writes;
+readers drop a line that does not parse (with a warning) instead of failing, and the rewrite on
+resume (:func:`truncate_metrics`) goes through a temporary file and ``os.replace``, so a crash in
+the middle of it leaves the old file, not half of it.
+"""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -32,8 +41,15 @@ class MetricsLogger:
 
     def log(self, step: int, values: dict[str, Any]) -> None:
         row = {"step": step, "time": round(time.time(), 3), **values}
-        with open(self.path, "a") as f:
-            f.write(json.dumps(row) + "\n")
+        line = (json.dumps(row) + "\n").encode()
+        # one write(2) of the whole line: buffered text I/O may split a long line into several
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            written = os.write(fd, line)
+        finally:
+            os.close(fd)
+        if written != len(line):  # only a full disk (or quota) cuts a regular-file write short
+            raise OSError(errno.ENOSPC, f"short write ({written} of {len(line)} bytes)", str(self.path))
         for k, v in values.items():
             if isinstance(v, (int, float)):
                 if self._tb is not None:
@@ -48,17 +64,50 @@ class MetricsLogger:
             self._wandb.finish()
 
 
+def _parse(p: Path) -> list[dict[str, Any]]:
+    """The rows of a metrics file; a line that does not parse (cut short by a full disk or a kill)
+    is dropped with a warning naming it, since one bad line must not block reading the rest."""
+    rows, bad = [], []
+    for n, line in enumerate(p.read_text(errors="replace").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            bad.append(n)
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+        else:
+            bad.append(n)
+    if bad:
+        print(f"[{p.parent.name}] warning: {p.name}: dropped {len(bad)} torn or corrupt line(s) "
+              f"(line {', '.join(map(str, bad[:5]))}{', ...' if len(bad) > 5 else ''}; an interrupted write, e.g. disk full)")
+    return rows
+
+
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     p = Path(run_dir) / "metrics.jsonl"
     if not p.exists():
         return []
-    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+    return _parse(p)
 
 
-def truncate_metrics(run_dir: str | Path, after_step: int) -> None:
-    """On resume, drop lines logged after the checkpoint we resume from (they will be redone)."""
+def truncate_metrics(run_dir: str | Path, after_step: int | None) -> None:
+    """On resume, drop lines logged after the checkpoint we resume from (they will be redone), and
+    any torn line. ``after_step=None`` (a fresh start) only drops torn lines, so the next append
+    does not land on the end of a half-written one. Rewritten atomically (temp file + rename)."""
     p = Path(run_dir) / "metrics.jsonl"
     if not p.exists():
         return
-    keep = [line for line in p.read_text().splitlines() if line.strip() and json.loads(line).get("step", 0) <= after_step]
-    p.write_text("".join(line + "\n" for line in keep))
+    rows = _parse(p)
+    keep = [r for r in rows if after_step is None or r.get("step", 0) <= after_step]
+    text = "".join(json.dumps(r) + "\n" for r in keep)
+    if text == p.read_text(errors="replace"):
+        return
+    tmp = p.with_name(p.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, p)

@@ -194,7 +194,8 @@ class RLStage:
     name = "rl"
     balance_loss = False  # routers are frozen in RL; only the expert biases move
 
-    def __init__(self, cfg: RLConfig, t: Trainer, scorers: Sequence[Any], dense_loss: bool) -> None:
+    def __init__(self, cfg: RLConfig, t: Trainer, scorers: Sequence[Any], dense_loss: bool,
+                 envs: dict[str, Any] | None = None) -> None:
         from posttrain.algos.advantages import make_advantage
         from posttrain.engines.registry import make_engine
         from posttrain.envs.build import build_envs
@@ -204,7 +205,7 @@ class RLStage:
         from posttrain.train.validation import BestCheckpoint
 
         self.cfg, self.t = cfg, t
-        self.envs = build_envs(cfg.envs)
+        self.envs = envs if envs is not None else build_envs(cfg.envs)
         self.scorers = [VerifierReward(self.envs), *scorers]
         self.tasks = TaskSchedule(cfg, self.envs)
         self.estimator = make_advantage(cfg.algo.advantage)
@@ -345,10 +346,17 @@ def train_rl(cfg: RLConfig, progress: bool = True, stop_after: int | None = None
     from posttrain.train import loop
     from posttrain.train.checkpoint import latest_checkpoint
 
+    from posttrain.envs.build import build_envs
+    from posttrain.train.rl_curriculum import check_profile
+
     t_start = time.time()
     loss_fn = make_loss(cfg.algo.loss, cfg.algo.loss_terms)
+    # what the config names outside itself (environments, servers, the profile) is checked before
+    # the model loads: a wrong name or a dead URL fails in seconds with one line
+    envs = build_envs(cfg.envs)
+    check_profile(cfg)
     t = loop.setup(cfg, freeze_routers=True)
-    stage = RLStage(cfg, t, scorers, dense_loss=loss_fn.dense)
+    stage = RLStage(cfg, t, scorers, dense_loss=loss_fn.dense, envs=envs)
     last = loop.run(t, stage, loss_fn, progress, stop_after)
     return RLResult(t.run_dir, latest_checkpoint(t.run_dir), cfg.train.steps, stage.best.step, stage.best.val_reward,
                     time.time() - t_start, last)

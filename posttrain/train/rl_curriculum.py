@@ -15,6 +15,16 @@ from posttrain.configs import ConfigError
 from posttrain.configs.rl import RLConfig
 
 
+def check_profile(cfg: RLConfig) -> None:
+    """``curriculum.profile`` names a file: checked before the model loads, so a typo costs a second."""
+    p = cfg.curriculum.profile
+    if p is None or Path(p).is_file():
+        return
+    what = "is a directory" if Path(p).is_dir() else "not found"
+    raise ConfigError(f"curriculum.profile: {p} {what}: write it with `posttrain profile --config <this recipe> "
+                      f"--out {p}`, or drop curriculum.profile to sample tasks uniformly")
+
+
 def build_sampler(cfg: RLConfig, pools: dict[str, dict[str, Any]]) -> tuple[Any, Any]:
     """(DomainMixSampler, the curriculum or None) over the environments' training pools."""
     from posttrain.algos.curriculum import DomainMixSampler, RandomSampler, read_profile

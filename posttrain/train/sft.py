@@ -14,8 +14,12 @@ Departures from the paper, and why:
   a large share of the FLOPs, so this is the biggest single CPU saving.
 * The data order is a pure function of (seed, step): a resumed run draws exactly the batches the
   uninterrupted run would have, so kill -9 + restart ends with bit-identical weights.
-* A row left with no trained token (a prompt longer than ``max_seq_len``) is not a micro-batch: it
-  has no gradient to give.
+* Rows are cut to ``data.max_seq_len`` when they are tokenized, never silently: a row whose
+  prompt alone fills ``max_seq_len`` (no assistant token would survive the cut) is skipped, and a
+  row whose assistant tokens run past it is cut; both are counted and printed per file
+  (``[data] train.jsonl: 3 rows longer than data.max_seq_len=512 before any assistant token:
+  skipped``). A packed row with no trained token is still not a micro-batch (no gradient to give),
+  and a step left with none takes no update (``update_skipped`` in metrics) instead of crashing.
 
 The stage runs on the shared loop (``train/loop.py``): this module supplies the data, how a packed
 row becomes per-token log-probs and a mask, and the held-out loss; the loss is the registry's ``ce``.
@@ -43,16 +47,77 @@ class SFTData:
     validation: list[Any]
 
 
-def tokenize_rows(tokenizer: Any, rows: list[dict[str, Any]]) -> list[Any]:
+@dataclass
+class LengthReport:
+    """What cutting rows to ``max_seq_len`` did to one file's rows (printed, never silent)."""
+
+    max_len: int
+    rows: int = 0
+    no_target: int = 0  # no assistant token at all (nothing to train on, whatever the length)
+    prompt_too_long: int = 0  # the first assistant token lies at or past max_len: skipped
+    cut: int = 0  # kept, but assistant tokens past max_len are not trained on
+    cut_tokens: int = 0
+    target_tokens: int = 0  # assistant tokens of the kept rows before the cut
+    longest: int = 0
+
+    def lines(self, where: str) -> list[str]:
+        L, out = self.max_len, []
+        if self.prompt_too_long:
+            out.append(f"[data] {where}: {self.prompt_too_long} rows longer than data.max_seq_len={L} before any "
+                       "assistant token: skipped")
+        if self.cut:
+            out.append(f"[data] {where}: {self.cut} rows cut at data.max_seq_len={L} (longest {self.longest} "
+                       f"tokens): {self.cut_tokens} of {self.target_tokens} assistant tokens not trained on")
+        if self.no_target:
+            out.append(f"[data] {where}: {self.no_target} rows with no assistant token to train on: skipped")
+        return out
+
+
+def tokenize_rows(tokenizer: Any, rows: list[dict[str, Any]], max_len: int | None = None
+                  ) -> tuple[list[Any], LengthReport]:
+    """Render and tokenize ``rows``, cutting each to ``max_len`` tokens; rows left with no trained
+    token are skipped, and the report counts every row skipped or cut (see :class:`LengthReport`)."""
     from posttrain.data.packing import Example
     from posttrain.models.chat_template import render
 
     out = []
+    report = LengthReport(max_len or 0, rows=len(rows))
     for r in rows:
         rendered = render(tokenizer, r["messages"], r.get("tools"), reasoning=r.get("reasoning", True))
-        if sum(rendered.loss_mask):
-            out.append(Example(rendered.input_ids, rendered.loss_mask))
-    return out
+        ids, mask = rendered.input_ids, rendered.loss_mask
+        report.longest = max(report.longest, len(ids))
+        if not any(mask):
+            report.no_target += 1
+            continue
+        if max_len is not None and len(ids) > max_len:
+            # the loss shifts labels, so a token at position 0 is never a target: count from 1
+            if not any(mask[1:max_len]):
+                report.prompt_too_long += 1
+                continue
+            lost = sum(mask[max_len:])
+            if lost:
+                report.cut += 1
+                report.cut_tokens += lost
+            report.target_tokens += sum(mask)
+            ids, mask = ids[:max_len], mask[:max_len]
+        else:
+            report.target_tokens += sum(mask)
+        out.append(Example(ids, mask))
+    return out, report
+
+
+def check_data_files(cfg: SFTConfig) -> None:
+    """Every data path is a readable file: checked before the model loads (a directory given as
+    the data file, a typo) so the run fails in a second with one line."""
+    from posttrain.data.conversations import DataError
+
+    for p in [s.path for s in cfg.data.train] + list(cfg.data.validation):
+        path = Path(p)
+        if path.is_dir():
+            raise DataError(f"data file {p} is a directory: give a conversation JSONL file (data.train[].path "
+                            "or data.validation)")
+        if not path.exists():
+            raise DataError(f"data file not found: {p}")
 
 
 def load_sft_data(cfg: SFTConfig, tokenizer: Any) -> SFTData:
@@ -73,15 +138,23 @@ def load_sft_data(cfg: SFTConfig, tokenizer: Any) -> SFTData:
             held.extend(rows[:n_val])
             rows = rows[n_val:]
         rows = apply_reasoning_transforms(rows, cfg.train.seed + i, cfg.data.reasoning_off_frac, cfg.data.budget_frac)
-        examples = tokenize_rows(tokenizer, rows)
+        examples, lengths = tokenize_rows(tokenizer, rows, cfg.data.max_seq_len)
+        for line in lengths.lines(spec.path):
+            print(line)
         if not examples:
-            raise DataError(f"{spec.path}: no usable training rows")
+            raise DataError(f"{spec.path}: no usable training rows ({lengths.prompt_too_long} of {lengths.rows} "
+                            f"longer than data.max_seq_len={cfg.data.max_seq_len} before any assistant token)")
         train.append(examples)
         weights.append(spec.weight)
     for p in cfg.data.validation:
         rows, report = read_conversations(p, on_error=cfg.data.on_error)
+        if report.bad:
+            print(f"[data] {p}: {report.summary()}")
         held.extend(rows)
-    return SFTData(train, weights, tokenize_rows(tokenizer, held))
+    validation, lengths = tokenize_rows(tokenizer, held, cfg.data.max_seq_len)
+    for line in lengths.lines("held-out rows"):
+        print(line)
+    return SFTData(train, weights, validation)
 
 
 def step_plan(sizes: list[int], weights: list[float], batch_size: int, steps: int, seed: int) -> list[list[tuple[int, int]]]:
@@ -246,16 +319,20 @@ class SFTResult:
     seconds: float
 
 
-def train_sft(cfg: SFTConfig, progress: bool = True) -> SFTResult:
-    """Run the stage (see the module docstring): ``posttrain sft --config recipes/sft.yaml``."""
+def train_sft(cfg: SFTConfig, progress: bool = True, stop_after: int | None = None) -> SFTResult:
+    """Run the stage (see the module docstring): ``posttrain sft --config recipes/sft.yaml``.
+    ``stop_after`` (tests) returns right after that step as if the process had been killed there."""
     from posttrain.algos.losses import make_loss
     from posttrain.train import loop
     from posttrain.train.checkpoint import latest_checkpoint
 
     t_start = time.time()
+    check_data_files(cfg)
     t = loop.setup(cfg, lora=cfg.lora)
     stage = SFTStage(cfg, t)
-    loop.run(t, stage, make_loss("ce"), progress)
+    loop.run(t, stage, make_loss("ce"), progress, stop_after)
+    if stop_after is not None and stop_after < cfg.train.steps:
+        stage.val_after = float("nan")  # stopped early: no final held-out loss
     if stage.val_after is None:  # resumed after the last step: nothing ran, measure anyway
         stage.val_after = stage.heldout()
     ckpt = latest_checkpoint(cfg.run_dir)
