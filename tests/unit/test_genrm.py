@@ -280,3 +280,22 @@ def test_genrm_reward_scorer_judges_the_whole_step_in_one_batch():
     # answers 2, 4, 6 chars: w = 1, .5, 0 → w̃ = .5, 0, −.5; ×0.5; no reasoning: no think term;
     # bonus to the shortest answer only if its base (2) ≥ the 80th percentile (3.6): no
     assert [r.reward for r in rollouts] == [2.25, 3.0, 3.75]
+
+
+def test_recipes_load_and_configs_check_their_sections():
+    from pathlib import Path
+
+    from posttrain.configs import ConfigError, load_config
+    from posttrain.configs.dpo import DPOConfig
+    from posttrain.configs.rlhf import GenRMConfig, RLHFConfig
+
+    root = Path(__file__).parents[2] / "recipes"
+    assert load_config(RLHFConfig, root / "rlhf.yaml").judge.model == "runs/genrm/best"
+    assert load_config(GenRMConfig, root / "genrm.yaml").envs[0].name == "genrm"
+    assert load_config(DPOConfig, root / "dpo.yaml").loss.variant == "sigmoid"
+    with pytest.raises(ConfigError, match="genrm environment alone"):
+        load_config(GenRMConfig, None, ["envs=[{name: math}]"])
+    with pytest.raises(ConfigError, match="not both"):
+        load_config(RLHFConfig, None, ["judge.model=x", "judge.url=http://h/v1"])
+    with pytest.raises(ConfigError, match="loss.variant"):
+        load_config(DPOConfig, None, ["loss.variant=hinge"])
