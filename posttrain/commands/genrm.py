@@ -13,6 +13,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_recipe_arguments(p, "recipes/genrm.yaml", "envs='[{name: genrm, args: {pairs: prefs.jsonl}}]' train.steps=20")
     p.add_argument("--mine", metavar="OUT.jsonl", help="write mined pairs instead of training (uses --envs, "
                    "--n, --k and the config's model)")
+    p.add_argument("--eval", metavar="MODEL", help="measure MODEL (spec, HF directory or http:// endpoint) as a judge "
+                   "on the config's held-out pairs instead of training: agreement, format errors, position bias")
+    p.add_argument("--out", help="with --eval: write the figures (JSON) here and the per-task replies beside it")
     p.add_argument("--envs", default="math", help="with --mine: comma-separated verifiable environments")
     p.add_argument("--n", type=int, default=32, help="with --mine: tasks per environment")
     p.add_argument("--k", type=int, default=4, help="with --mine: samples per task")
@@ -33,6 +36,27 @@ def mine(args: argparse.Namespace, cfg: object) -> int:
     return 0
 
 
+def evaluate(args: argparse.Namespace, cfg: object) -> int:
+    import json
+    from pathlib import Path
+
+    from posttrain.envs.build import build_envs
+    from posttrain.envs.genrm.evaluate import genrm_agreement
+    from posttrain.envs.genrm.judge import make_generator
+
+    spec = cfg.envs[0]  # type: ignore[attr-defined]
+    gen = make_generator(None, args.eval) if args.eval.startswith(("http://", "https://")) else make_generator(args.eval)
+    out = Path(args.out) if args.out else None
+    figures = genrm_agreement(gen, build_envs([spec])["genrm"], "validation", spec.val_tasks or None,
+                              cfg.rollout.max_new_tokens, cfg.rollout.reasoning,  # type: ignore[attr-defined]
+                              out.with_suffix(".replies.jsonl") if out else None)
+    for k, v in figures.items():
+        print(f"[genrm] {k:32s} {v:.3f}")
+    if out:
+        out.write_text(json.dumps({"model": args.eval, **figures}, indent=2))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from posttrain.configs import load_config
     from posttrain.configs.rlhf import GenRMConfig
@@ -41,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config(GenRMConfig, args.config, args.overrides)
     if args.mine:
         return mine(args, cfg)
+    if args.eval:
+        return evaluate(args, cfg)
     res = train_genrm(cfg, progress=not args.no_progress)
     last, nan = res.last, float("nan")
     print(f"[genrm] {res.steps} steps in {res.seconds:.0f}s; last batch reward {last.get('reward', nan):.3f} "

@@ -77,7 +77,7 @@ def test_genrm_run_on_preference_pairs(tmp_path, capsys):
     pairs.write_text("".join(json.dumps({"prompt": f"Say something about {i}.", "chosen": f"{i} is a number.",
                                          "rejected": ""}) + "\n" for i in range(12)))
     run_dir = tmp_path / "genrm"
-    args = argparse.Namespace(config=None, no_progress=True, mine=None, overrides=[
+    args = argparse.Namespace(config=None, no_progress=True, mine=None, eval=None, overrides=[
         f"{k}={v}" for k, v in {
             "model": "tiny-llama", "run_dir": run_dir, "train.steps": 2, "train.eval_every": 2, "train.save_every": 2,
             "rollout.prompts_per_step": 2, "rollout.group_size": 2, "rollout.max_new_tokens": 8,
@@ -90,6 +90,12 @@ def test_genrm_run_on_preference_pairs(tmp_path, capsys):
     recs = [json.loads(x) for x in (run_dir / "validation" / "step_000002.jsonl").read_text().splitlines()]
     assert recs and all(r["reason"] == "ok" or r["reason"].startswith("format:") for r in recs)
     _loads(run_dir / "checkpoints" / "step_000002")
+    # the trained checkpoint measured as a judge on the held-out pairs (both orders)
+    args.eval, args.out = str(run_dir / "checkpoints" / "step_000002"), str(tmp_path / "agreement.json")
+    assert genrm_command.run(args) == 0
+    figures = json.loads((tmp_path / "agreement.json").read_text())
+    assert figures["n"] == 4 and 0 <= figures["format_error_rate"] <= 1 and "swapped/rank_side_acc" in figures
+    assert (tmp_path / "agreement.replies.jsonl").exists()
 
 
 def test_dpo_run_resumes_with_the_cached_reference(tmp_path, monkeypatch):

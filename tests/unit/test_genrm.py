@@ -299,3 +299,21 @@ def test_recipes_load_and_configs_check_their_sections():
         load_config(RLHFConfig, None, ["judge.model=x", "judge.url=http://h/v1"])
     with pytest.raises(ConfigError, match="loss.variant"):
         load_config(DPOConfig, None, ["loss.variant=hinge"])
+
+
+def test_agreement_shows_position_bias_and_format_errors(tmp_path):
+    from posttrain.envs.genrm.evaluate import genrm_agreement
+
+    env = GenRMEnv(pairs=str(_pairs_file(tmp_path)), val_frac=0.3)
+    n = len(env.tasks("validation"))
+    # always "response 1 is better": exact on the given order of a chosen/rejected pair, wrong on the swap
+    figures = genrm_agreement(ScriptedGenerator([["Helpfulness 1: 4\nHelpfulness 2: 2\nRanking: 2"]]), env,
+                              records=tmp_path / "replies.jsonl")
+    assert figures["n"] == n and figures["format_error_rate"] == 0
+    assert figures["prefers_first"] == 1.0 and figures["order_consistency"] == 0.0
+    assert figures["given/rank_side_acc"] == 1.0 and figures["swapped/rank_side_acc"] == 0.0
+    assert figures["rank_side_acc"] == 0.5 and figures["given/reward"] == 1.0
+    assert figures["swapped/h_abs_err"] == 2.0 and figures["swapped/rank_abs_err"] == 3.0
+    assert len((tmp_path / "replies.jsonl").read_text().splitlines()) == n
+    bad = genrm_agreement(ScriptedGenerator([["no verdict"]]), env)
+    assert bad["format_error_rate"] == 1.0 and bad["rank_side_acc"] == 0.0 and bad["reward"] == 0.0
