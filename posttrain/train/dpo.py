@@ -220,7 +220,8 @@ class DPOStage:
                 from posttrain.models.loading import load_model
 
                 model = load_model(spec, device=str(self.t.device)).model
-            return compute_reference(model, pairs, self.cfg.train.micro_batch_pairs, self.pack, self.t.pad_id)
+            with self.t.amp():  # the precision the policy's log-probs are computed in
+                return compute_reference(model, pairs, self.cfg.train.micro_batch_pairs, self.pack, self.t.pad_id)
 
         return cached_reference(self.t.run_dir / REF_FILE, fingerprint(pairs, spec), compute)
 
