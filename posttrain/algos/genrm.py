@@ -50,7 +50,7 @@ def genrm_reward(pred: Judgement | None, truth: Judgement, c1: float = C1, c2: f
     """R of one judgement; ``pred`` None = format error (see the module docstring)."""
     if pred is None:
         return -worst_reward(c1, c2)
-    return -(abs(pred.h1 - truth.h1) + abs(pred.h2 - truth.h2) + c2 * abs(pred.rank - truth.rank))
+    return 0.0 - (abs(pred.h1 - truth.h1) + abs(pred.h2 - truth.h2) + c2 * abs(pred.rank - truth.rank))
 
 
 def genrm_reward_unit(pred: Judgement | None, truth: Judgement, c1: float = C1, c2: float = C2) -> float:

@@ -317,3 +317,11 @@ def test_agreement_shows_position_bias_and_format_errors(tmp_path):
     assert len((tmp_path / "replies.jsonl").read_text().splitlines()) == n
     bad = genrm_agreement(ScriptedGenerator([["no verdict"]]), env)
     assert bad["format_error_rate"] == 1.0 and bad["rank_side_acc"] == 0.0 and bad["reward"] == 0.0
+
+
+def test_genrm_env_weights_are_settable(tmp_path):
+    env = GenRMEnv(pairs=str(_pairs_file(tmp_path)), val_frac=0.3, c2=2.0)
+    given = env.tasks("train")[0]  # truth (4, 2, 2)
+    res = env.verify(given, [{"role": "assistant", "content": format_judgement(J(4, 2, 3))}])
+    assert res.components["R"] == -2.0 and res.reward == pytest.approx(1 - 2 / (10 + 8 + 10))
+    assert env.verify(given, [{"role": "assistant", "content": ""}]).components["R"] == -28

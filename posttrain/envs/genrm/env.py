@@ -15,7 +15,8 @@ when that file is given.
 
 Constructor arguments (``envs: [{name: genrm, args: {...}}]``): ``pairs`` (JSONL path, the format
 of ``pairs.read_pairs``), ``val_pairs`` (optional JSONL), ``math_pairs`` (how many rule-built math
-pairs to add, default 0; with no ``pairs`` file at all, 64), ``val_frac`` (0.2).
+pairs to add, default 0; with no ``pairs`` file at all, 64), ``val_frac`` (0.2), ``c1`` (10) and
+``c2`` (1), the reward's weights (the [0, 1] map divides by ``c1 + 8 + 5·c2``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from posttrain.algos.genrm import Judgement, genrm_reward, genrm_reward_unit, swap_truth
+from posttrain.algos.genrm import C1, C2, Judgement, genrm_reward, genrm_reward_unit, swap_truth
 from posttrain.envs.base import ENVIRONMENTS, Environment, Message, Split, Task, VerifyResult
 from posttrain.envs.genrm.format import ParseFailure, build_genrm_prompt, parse_judgement, split_prompt
 from posttrain.envs.genrm.pairs import PreferencePair, math_rule_pairs, read_pairs
@@ -48,15 +49,15 @@ def _final_text(messages: list[Message]) -> str:
     return ""
 
 
-def score_judgement(raw: str, truth: Judgement) -> VerifyResult:
+def score_judgement(raw: str, truth: Judgement, c1: float = C1, c2: float = C2) -> VerifyResult:
     """The verify result of one judge reply against the ground truth (module docstring)."""
     pred = parse_judgement(raw)
     if isinstance(pred, ParseFailure):
-        return VerifyResult(0.0, {"R": genrm_reward(None, truth), "format_error": 1.0}, f"format:{pred.reason}")
+        return VerifyResult(0.0, {"R": genrm_reward(None, truth, c1, c2), "format_error": 1.0}, f"format:{pred.reason}")
     side_ok = (pred.rank < 3.5) == (truth.rank < 3.5)
-    comps = {"R": genrm_reward(pred, truth), "format_error": 0.0, "h1_err": abs(pred.h1 - truth.h1),
+    comps = {"R": genrm_reward(pred, truth, c1, c2), "format_error": 0.0, "h1_err": abs(pred.h1 - truth.h1),
              "h2_err": abs(pred.h2 - truth.h2), "rank_err": abs(pred.rank - truth.rank), "rank_sign_ok": float(side_ok)}
-    return VerifyResult(genrm_reward_unit(pred, truth), comps, "ok")
+    return VerifyResult(genrm_reward_unit(pred, truth, c1, c2), comps, "ok")
 
 
 class GenRMEnv(Environment):
@@ -64,8 +65,9 @@ class GenRMEnv(Environment):
     domain = "genrm"
 
     def __init__(self, pairs: str | None = None, val_pairs: str | None = None, math_pairs: int | None = None,
-                 val_frac: float = 0.2) -> None:
+                 val_frac: float = 0.2, c1: float = C1, c2: float = C2) -> None:
         self.pairs_path, self.val_path, self.val_frac = pairs, val_pairs, val_frac
+        self.c1, self.c2 = c1, c2
         self.math_pairs = (0 if pairs else 64) if math_pairs is None else math_pairs
         self._cache: dict[str, list[PreferencePair]] = {}
 
@@ -95,7 +97,7 @@ class GenRMEnv(Environment):
 
     def verify(self, task: Task, messages: list[Message]) -> VerifyResult:
         gt = task.ground_truth
-        return score_judgement(_final_text(messages), Judgement(gt["h1"], gt["h2"], gt["rank"]))
+        return score_judgement(_final_text(messages), Judgement(gt["h1"], gt["h2"], gt["rank"]), self.c1, self.c2)
 
 
 if GenRMEnv.name not in ENVIRONMENTS:
