@@ -69,7 +69,6 @@ class GenRMReward:
         self.length = length or LengthControlConfig(enabled=False)
         if self.length.enabled and self.length.unit == "tokens" and tokenizer is None:
             raise ValueError("length control in tokens needs the policy's tokenizer")
-        self.calls = 0
 
     def _len(self, text: str) -> int:
         if not text:
@@ -89,8 +88,9 @@ class GenRMReward:
             for i, j in ring_pairs(len(g)):
                 prompts.append(build_genrm_prompt(history, turn, parts[g[i]][2], parts[g[j]][2]))
             owners.append(len(ring_pairs(len(g))))
-        verdicts = self.judge.judge_many(prompts, seed=self.calls)
-        self.calls += 1
+        # retry seeds are a function of the step (the rollouts' policy version): a resumed run re-asks alike
+        step = getattr(getattr(rollouts[0], "sampling", None), "policy_version", 0) if rollouts else 0
+        verdicts = self.judge.judge_many(prompts, seed=1_000_003 * step)
         base_all, pos = [0.0] * len(rollouts), 0
         think_len = [self._len(p[0]) for p in parts]
         answer_len = [self._len(p[1]) for p in parts]

@@ -58,9 +58,10 @@ class GenRMJudge:
             texts.append(c.text)
         return texts
 
-    def judge_many(self, prompts: Sequence[list[Message]], seed: int | None = None) -> list[Judgement]:
-        """One judgement per prompt (see the module docstring)."""
-        seed = self.seed if seed is None else seed
+    def judge_many(self, prompts: Sequence[list[Message]], seed: int = 0) -> list[Judgement]:
+        """One judgement per prompt (see the module docstring); retry round k samples with seed
+        ``self.seed + seed + k``."""
+        seed = self.seed + seed
         self._count("calls", len(prompts))
         verdicts: list[Judgement | None] = [None] * len(prompts)
         todo = list(range(len(prompts)))
