@@ -66,6 +66,7 @@ def test_rlhf_run_with_a_scripted_judge(tmp_path):
         assert {"reward_base", "think_len_mean", "answer_len_mean", "time_judge_s", "grad_norm"} <= set(r)
         assert 1.0 <= r["reward_base"] <= 5.0
     assert judge.calls == 2 * 2  # per step: one batched pass + one retry of the failed comparison
+    assert any(r["rollouts_trained"] > 0 for r in rows[1:])  # rewards outside [0, 1] trained the policy
     assert "val_reward/test_even_length" in rows[-1]  # validation by the verifier, not the judge
     _loads(res.checkpoint)
 

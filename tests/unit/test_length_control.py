@@ -61,3 +61,17 @@ def test_length_controlled_rewards_degenerate_groups():
         length_controlled_rewards([1.0, 2.0], [1], [1, 2])
     # coefficients a, b separately
     assert length_controlled_rewards([0.0, 0.0], [1, 2], [2, 1], think_coef=1.0, answer_coef=0.0, bonus=0.0) == [0.5, -0.5]
+
+
+def test_grpo_advantage_does_not_assume_unit_rewards():
+    """RLHF rewards (≈1–5 plus length terms, possibly negative) and the genrm environment's [0, 1]
+    map of R: GRPO's group-normalised advantage is the same under a positive affine map."""
+    import torch
+
+    from posttrain.algos.advantages import group_advantages
+
+    groups = torch.tensor([0, 0, 0, 1, 1, 1])
+    r = torch.tensor([4.75, 2.0, -0.5, 3.0, 3.5, 7.0])
+    a = group_advantages(r, groups)
+    assert torch.allclose(a, group_advantages(1 + r / 23, groups), atol=1e-4)
+    assert torch.allclose(a[:3].sum(), torch.tensor(0.0), atol=1e-5) and a[0] > 0 > a[2]
