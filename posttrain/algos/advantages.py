@@ -13,9 +13,9 @@ settings model in ``configs/plugins.py``):
 * ``mopd`` — on-policy distillation: ``A_t = log π_teacher(y_t) − log π_student(y_t)`` per token
   (no gradient flows through it: both are observed numbers), plus optionally
   ``reward_coef × grpo`` when the rollout also has a verifier reward.
-* ``genrm`` (RLHF) is a later addition: a module that registers ``@ADVANTAGES.register("genrm")``,
-  turns the judge's scores plus the per-rollout lengths it finds in ``batch.extras`` (for example
-  ``think_len_B``, ``answer_len_B``) into rewards, and reuses :func:`group_advantages`.
+* RLHF needs no estimator of its own: the GenRM's scores and the length control are computed by a
+  reward-phase scorer (``scorers/genrm.py``, maths in ``algos/genrm.py`` and
+  ``algos/length_control.py``), and ``grpo`` normalises the resulting rewards within groups.
 
 Departures and choices, with the why:
 

@@ -40,7 +40,10 @@ advantage, differentiated directly; its targets come from a scorer (``topk_ids_B
 ``topk_target_logprobs_BTK``).
 
 ``dpo`` — rows come in pairs (chosen at even rows, rejected at odd rows); sequence log-probs are
-sums over the mask; ``loss = −log σ(β·((πc−refc) − (πr−refr)))`` averaged over pairs.
+sums over the mask; with ``h = (πc−refc) − (πr−refr)``: ``sigmoid`` (DPO) ``−log σ(β·h)``, ``ipo``
+``(h − 1/(2β))²``, plus optionally ``sft_coef ×`` the chosen reply's mean token NLL; summed over
+pairs and divided by ``num_pairs`` (the step's pair count, for gradient accumulation; default:
+the pairs of this micro-batch).
 
 Shape suffixes (see docs/algorithms.md): B rollouts, T token positions, V vocabulary.
 """
@@ -75,6 +78,7 @@ class LossInputs:
     num_tokens: float | None = None  # token-normalisation denominator for the whole step
     topk_logprobs_BTK: Tensor | None = None  # topk_kl: π_θ at the target's top-k ids
     topk_target_logprobs_BTK: Tensor | None = None  # … and the target's log-probs of those ids
+    num_pairs: float | None = None  # dpo: pairs in the whole step (normalisation under accumulation)
 
 
 @dataclass
@@ -205,18 +209,34 @@ def dpo_loss(x: LossInputs, cfg: DPOLossConfig) -> LossOutput:
         raise ValueError("the dpo loss needs ref_logprobs_BT")
     if x.logprobs_BT.shape[0] % 2:
         raise ValueError(f"dpo rows come in (chosen, rejected) pairs; got {x.logprobs_BT.shape[0]} rows")
-    policy_B = sequence_logprobs(x.logprobs_BT, x.mask_BT)
-    ref_B = sequence_logprobs(x.ref_logprobs_BT.detach(), x.mask_BT)
-    reward_B = cfg.beta * (policy_B - ref_B)  # DPO's implicit reward of each completion
+    mask = x.mask_BT.bool()
+    policy_B = sequence_logprobs(x.logprobs_BT, mask)
+    ref_B = sequence_logprobs(x.ref_logprobs_BT.detach(), mask)
+    logratio_B = policy_B - ref_B
+    h = logratio_B[0::2] - logratio_B[1::2]  # (πc − refc) − (πr − refr), per pair
+    if cfg.variant == "ipo":
+        per_pair = (h - 1.0 / (2.0 * cfg.beta)).square()
+    else:
+        per_pair = -F.logsigmoid(cfg.beta * h)
+    metrics: dict[str, float] = {}
+    if cfg.sft_coef:
+        n_chosen = mask[0::2].sum(dim=1).clamp(min=1)
+        nll = -policy_B[0::2] / n_chosen
+        per_pair = per_pair + cfg.sft_coef * nll
+        metrics["sft_nll"] = float(nll.detach().mean())
+    n_pairs = x.num_pairs if x.num_pairs is not None else per_pair.shape[0]
+    loss = per_pair.sum() / n_pairs
+    reward_B = cfg.beta * logratio_B.detach()  # DPO's implicit reward of each completion
     chosen, rejected = reward_B[0::2], reward_B[1::2]
     margin = chosen - rejected
-    loss = -F.logsigmoid(margin).mean()
-    metrics = {
+    metrics.update({
         "reward_acc": float((margin > 0).float().mean()),
-        "margin": float(margin.detach().mean()),
-        "chosen_reward": float(chosen.detach().mean()),
-        "rejected_reward": float(rejected.detach().mean()),
-    }
+        "margin": float(margin.mean()),
+        "chosen_reward": float(chosen.mean()),
+        "rejected_reward": float(rejected.mean()),
+        "chosen_logp": float(policy_B[0::2].detach().mean()),
+        "rejected_logp": float(policy_B[1::2].detach().mean()),
+    })
     return LossOutput(loss, metrics)
 
 

@@ -46,8 +46,23 @@ class PipelineConfig(StrictModel):
     """GRPO steps of each specialist (one domain trained, the others validated only)."""
     distill_steps: int = Field(10, ge=1)
     """MOPD steps of the student."""
+    rlhf: bool = False
+    """Add the RLHF stage (opt-in): a GenRM trained with GRPO on rule-built math preference pairs
+    from the SFT checkpoint (``genrm_steps``), then RLHF with it as the judge from the RLVR checkpoint
+    (the SFT one without RLVR), with group length control; docs/rlhf.md."""
+    genrm_steps: int = Field(10, ge=0)
+    """GRPO steps of the GenRM (0: no GenRM training; the judge is ``rlhf_judge`` or the SFT checkpoint)."""
+    genrm_pairs: int = Field(64, ge=2)
+    """Rule-built math preference pairs for the GenRM (each in both orders)."""
+    rlhf_judge: str | None = None
+    """A judge to use instead of training one (model spec / HF directory, or an http:// endpoint)."""
+    rlhf_steps: int = Field(10, ge=1)
+    """GRPO steps of the RLHF run (same domains and batch as RLVR; the verifiers only validate)."""
+    rlhf_overrides: list[str] = Field(default_factory=list)
+    """Overrides applied last to the GenRM and RLHF runs (``judge.*`` and ``length_control.*`` to
+    the RLHF run only), e.g. ``[judge.max_new_tokens=64, length_control.enabled=false]``."""
 
 
 QUICK = {"n_train": 400, "n_eval": 48, "n_val_rows": 24, "sft_steps": 10, "sft_batch_size": 8,
          "sft_lr": 2e-4, "max_new_tokens": 72, "rl_steps": 2, "rl_val_tasks": 8, "specialist_steps": 2,
-         "distill_steps": 2, "run_dir": "runs/pipeline-quick"}
+         "distill_steps": 2, "genrm_steps": 2, "rlhf_steps": 2, "run_dir": "runs/pipeline-quick"}

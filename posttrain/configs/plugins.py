@@ -80,11 +80,21 @@ class CELossConfig(StrictModel):
 
 
 class DPOLossConfig(StrictModel):
-    """Direct preference optimisation; rows are (chosen, rejected) pairs: 0/1, 2/3, …"""
+    """Direct preference optimisation; rows are (chosen, rejected) pairs: 0/1, 2/3, …
+
+    With h = (log π(c) − log π_ref(c)) − (log π(r) − log π_ref(r)) (sequence log-probs, summed over
+    the reply's tokens): ``sigmoid`` = −log σ(β·h) (DPO); ``ipo`` = (h − 1/(2β))² (IPO: a squared
+    loss that stops pushing once the margin reaches 1/(2β)). ``sft_coef`` adds that weight times
+    the chosen reply's mean per-token negative log-likelihood (RPO-style; keeps the chosen likely).
+    """
 
     type: Literal["dpo"] = "dpo"
     beta: float = Field(0.1, gt=0)
     """Strength of the implicit KL to the reference: larger keeps the policy closer to it."""
+    variant: Literal["sigmoid", "ipo"] = "sigmoid"
+    """The preference loss (see above)."""
+    sft_coef: float = Field(0.0, ge=0)
+    """Weight of the added NLL term on the chosen replies (0: off)."""
 
 
 LossConfig = Annotated[

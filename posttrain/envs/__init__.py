@@ -6,3 +6,4 @@ from posttrain.envs import code_env  # noqa: F401
 from posttrain.envs import math_env  # noqa: F401
 from posttrain.envs import mcq  # noqa: F401
 from posttrain.envs import structured  # noqa: F401
+from posttrain.envs import genrm  # noqa: F401

@@ -20,7 +20,12 @@ Stages:
                   of both into the SFT checkpoint (posttrain/distill); a table of every domain's
                   held-out reward for the base, each teacher, the RLVR mix and the student,
                   ``distill.json`` and ``distill.png``;
-9. **curation** (``--curation``) — generate-then-filter from the model itself with the math verifier,
+9. **rlhf** (``--rlhf``, opt-in) — a GenRM trained with GRPO on rule-built math preference pairs
+                  (both orders) from the SFT checkpoint, then RLHF from the RLVR checkpoint (or the
+                  SFT one) with that GenRM as the reward: ring comparisons, group length control;
+                  the verifiers still validate. A table of held-out reward per domain and the mean
+                  reply length before and after, ``rlhf.json`` (docs/rlhf.md);
+10. **curation** (``--curation``) — generate-then-filter from the model itself with the math verifier,
                   then SFT on the curated rows vs SFT on the same number of unfiltered samples
                   (experiments/curation.py), and the held-out accuracy of both.
 
@@ -122,6 +127,63 @@ def run_distill(cfg: PipelineConfig, run_dir: Path, sft: dict[str, Any]) -> dict
     runs["student"] = cached_stage(run_dir, "mopd", lambda: run_rl(
         cfg, run_dir / "mopd", sft["checkpoint"], cfg.distill_steps, {"math": 1.0, "instruction": 1.0}, teachers))
     return runs
+
+
+def run_rlhf(cfg: PipelineConfig, run_dir: Path, sft: dict[str, Any], start: str) -> dict[str, Any]:
+    """The GenRM (GRPO on math preference pairs, unless ``rlhf_judge`` or ``genrm_steps=0``), then
+    RLHF from ``start`` with it as the judge; each is its own cached stage."""
+    from posttrain.configs import load_config
+
+    judge = cfg.rlhf_judge or sft["checkpoint"]
+    genrm = None
+    if cfg.rlhf_judge is None and cfg.genrm_steps:
+        def train() -> dict[str, Any]:
+            from posttrain.configs.rlhf import GenRMConfig
+            from posttrain.train.rlhf import train_genrm
+
+            out_dir = run_dir / "genrm"
+            envs = [{"name": "genrm", "args": {"math_pairs": cfg.genrm_pairs}, "train_tasks": 2 * cfg.genrm_pairs,
+                     "val_tasks": cfg.rl_val_tasks}]
+            over = [o for o in rl_overrides(cfg, out_dir, sft["checkpoint"], cfg.genrm_steps, {}) if not o.startswith("envs=")]
+            mine = [o for o in cfg.rlhf_overrides if not o.startswith(("judge.", "length_control."))]  # RLHF's own
+            res = train_genrm(load_config(GenRMConfig, None, over + [f"envs={json.dumps(envs)}"] + mine))
+            return {"checkpoint": str(res.checkpoint), "steps": res.steps, "val_start": validation_at(out_dir, 0),
+                    "val_end": validation_at(out_dir, res.steps)}
+
+        genrm = cached_stage(run_dir, "genrm", train)
+        judge = genrm["checkpoint"]
+
+    def rlhf() -> dict[str, Any]:
+        from posttrain.configs.rlhf import RLHFConfig
+        from posttrain.train.metrics import read_metrics
+        from posttrain.train.rlhf import train_rlhf
+
+        out_dir = run_dir / "rlhf"
+        key = "judge.url" if judge.startswith(("http://", "https://")) else "judge.model"
+        over = rl_overrides(cfg, out_dir, start, cfg.rlhf_steps, {d: 1.0 for d in RL_DOMAINS})
+        res = train_rlhf(load_config(RLHFConfig, None, over + [f"{key}={json.dumps(judge)}"] + cfg.rlhf_overrides))
+        rows = [r for r in read_metrics(out_dir) if "response_tokens_mean" in r]
+        return {"checkpoint": str(res.checkpoint), "judge": judge, "steps": res.steps, "val_tasks": cfg.rl_val_tasks,
+                "val_start": validation_at(out_dir, 0), "val_end": validation_at(out_dir, res.steps),
+                "reply_tokens_first": rows[0]["response_tokens_mean"] if rows else None,
+                "reply_tokens_last": rows[-1]["response_tokens_mean"] if rows else None,
+                "judge_fallback_frac": [r.get("genrm_fallback_frac") for r in rows]}
+
+    return {"genrm": genrm, "rlhf": cached_stage(run_dir, "rlhf", rlhf)}
+
+
+def rlhf_report(run_dir: Path, out: dict[str, Any]) -> str:
+    r, g, nan = out["rlhf"], out["genrm"], float("nan")
+    lines = ["", f"rlhf: {r['steps']} GRPO steps with the GenRM {r['judge']} as the reward; held-out verifier "
+                 f"reward per domain (greedy, {r['val_tasks']} tasks each), step 0 → {r['steps']}:"]
+    for dom, start in r["val_start"].items():
+        lines.append(f"    {dom:14s} {start:6.3f} → {r['val_end'].get(dom, nan):6.3f}")
+    lines.append(f"  mean reply tokens in the batch: first step {r['reply_tokens_first']}, last {r['reply_tokens_last']}")
+    if g:
+        lines.append(f"  GenRM: {g['steps']} GRPO steps; held-out judgement reward {g['val_start'].get('mean', nan):.3f} → "
+                     f"{g['val_end'].get('mean', nan):.3f} (1 = exact, 0 = format error)")
+    (run_dir / "rlhf.json").write_text(json.dumps(out, indent=2))
+    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- report
@@ -272,6 +334,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--distill", action="store_true",
                    help="also run the distill stage: two RLVR specialists, then MOPD of both into the SFT model "
                         "(about three RL runs more)")
+    p.add_argument("--rlhf", action="store_true",
+                   help="also run the RLHF stage: train a GenRM with GRPO, then RLHF with it as the reward (opt-in)")
     p.add_argument("--curation", action="store_true",
                    help="also run the curation stage: curated vs unfiltered self-generated SFT data (~12 min more)")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="e.g. sft_steps=30 n_eval=200 rl_steps=20")
@@ -281,7 +345,8 @@ def run(args: argparse.Namespace) -> int:
     from posttrain.configs import load_config
 
     overrides = ([f"{k}={v}" for k, v in QUICK.items()] if args.quick else []) + list(args.overrides)
-    for flag, field in (("curation", "curation=true"), ("distill", "distill=true"), ("no_rlvr", "rlvr=false")):
+    for flag, field in (("curation", "curation=true"), ("distill", "distill=true"), ("no_rlvr", "rlvr=false"),
+                        ("rlhf", "rlhf=true")):
         if getattr(args, flag, False):
             overrides.append(field)
     cfg = load_config(PipelineConfig, args.config, overrides)
@@ -304,6 +369,8 @@ def run(args: argparse.Namespace) -> int:
     print(report(run_dir, before, after, sft, time.time() - t0, rl, after_rl))
     if cfg.distill:
         print(distill_report(run_dir, run_distill(cfg, run_dir, sft), rl))
+    if cfg.rlhf:
+        print(rlhf_report(run_dir, run_rlhf(cfg, run_dir, sft, rl["checkpoint"] if rl else sft["checkpoint"])))
     if cfg.curation:
         from posttrain.experiments.curation import compare, curation_stage
 

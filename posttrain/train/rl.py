@@ -9,7 +9,9 @@ Algorithm (docs/recipe.md §2), one synchronous on-policy step:
    for single-turn environments, the whole tool / user loop for multi-turn ones. Each rollout
    keeps the exact sampled ids, the sampler's log-probs and how it was sampled.
 3. **Reward scorers** (``scorers/``): the environment's verifier (in process, or over HTTP when
-   the environment has a ``url``) gives each rollout a reward in [0, 1].
+   the environment has a ``url``) gives each rollout a reward in [0, 1]; RLHF puts the GenRM
+   scorer in its place (``train/rlhf.py``; rewards then are not in [0, 1], which nothing below
+   assumes: GRPO normalises within groups, the filters compare rewards only for equality).
 4. **Filter.** Overlong filtering (a rollout cut by the token or context limit is dropped, not
    scored 0) and dynamic filtering (a group whose rewards are all equal gives zero advantage; it is
    dropped and counted; ``algo.refill_rounds`` resamples replacements, DAPO-style).
@@ -195,7 +197,7 @@ class RLStage:
     balance_loss = False  # routers are frozen in RL; only the expert biases move
 
     def __init__(self, cfg: RLConfig, t: Trainer, scorers: Sequence[Any], dense_loss: bool,
-                 envs: dict[str, Any] | None = None) -> None:
+                 envs: dict[str, Any] | None = None, reward: Any = None) -> None:
         from posttrain.algos.advantages import make_advantage
         from posttrain.engines.registry import make_engine
         from posttrain.envs.build import build_envs
@@ -206,7 +208,7 @@ class RLStage:
 
         self.cfg, self.t = cfg, t
         self.envs = envs if envs is not None else build_envs(cfg.envs)
-        self.scorers = [VerifierReward(self.envs), *scorers]
+        self.scorers = [reward if reward is not None else VerifierReward(self.envs), *scorers]
         self.tasks = TaskSchedule(cfg, self.envs)
         self.estimator = make_advantage(cfg.algo.advantage)
         self.generator = make_engine(cfg.rollout.engine, t.model, t.tokenizer, batch_size=cfg.rollout.batch_size)
@@ -339,14 +341,15 @@ class RLResult:
 
 
 def train_rl(cfg: RLConfig, progress: bool = True, stop_after: int | None = None,
-             scorers: Sequence[Any] = ()) -> RLResult:
+             scorers: Sequence[Any] = (), reward: Any = None) -> RLResult:
     """Run the stage (see the module docstring). ``scorers`` run after the verifier (MOPD's
-    target log-probs); ``stop_after`` (tests) returns right after that step as if killed there."""
+    target log-probs); ``reward``: a reward-phase scorer *instead of* the verifier (RLHF's GenRM;
+    a function of the trainer, ``reward(t)``, so it may use the policy's tokenizer); ``stop_after``
+    (tests) returns right after that step as if killed there."""
     from posttrain.algos.losses import make_loss
+    from posttrain.envs.build import build_envs
     from posttrain.train import loop
     from posttrain.train.checkpoint import latest_checkpoint
-
-    from posttrain.envs.build import build_envs
     from posttrain.train.rl_curriculum import check_profile
 
     t_start = time.time()
@@ -356,7 +359,8 @@ def train_rl(cfg: RLConfig, progress: bool = True, stop_after: int | None = None
     envs = build_envs(cfg.envs)
     check_profile(cfg)
     t = loop.setup(cfg, freeze_routers=True)
-    stage = RLStage(cfg, t, scorers, dense_loss=loss_fn.dense, envs=envs)
+    stage = RLStage(cfg, t, scorers, dense_loss=loss_fn.dense, envs=envs,
+                    reward=reward(t) if reward is not None else None)
     last = loop.run(t, stage, loss_fn, progress, stop_after)
     return RLResult(t.run_dir, latest_checkpoint(t.run_dir), cfg.train.steps, stage.best.step, stage.best.val_reward,
                     time.time() - t_start, last)

@@ -35,7 +35,8 @@ STAGES = ["data", "before", "sft", "after", "rlvr", "after_rl", "specialist_math
 
 def _args(run_dir, **flags) -> argparse.Namespace:
     over = [f"{k}={v}" for k, v in {**TINY, "run_dir": run_dir}.items()]
-    defaults = {"quick": False, "config": None, "fresh": False, "curation": False, "distill": False, "no_rlvr": False}
+    defaults = {"quick": False, "config": None, "fresh": False, "curation": False, "distill": False, "no_rlvr": False,
+                "rlhf": False}
     return argparse.Namespace(overrides=over, **{**defaults, **flags})
 
 
@@ -102,3 +103,27 @@ def test_pipeline_without_rlvr_keeps_the_two_column_report(tmp_path, capsys):
 def test_pipeline_recipe_states_the_defaults():
     recipe = Path(__file__).parents[2] / "recipes" / "pipeline.yaml"
     assert load_config(pipeline.PipelineConfig, recipe) == pipeline.PipelineConfig()
+
+
+def test_pipeline_rlhf_stage_on_the_tiny_model(tmp_path, capsys):
+    """``--rlhf`` (off by default): a GenRM run on math pairs, then RLHF with it as the judge from the
+    RLVR checkpoint; both checkpoints load. (The tiny judge fails the format: every comparison falls
+    back to neutral, which the stage reports.)"""
+    run_dir = tmp_path / "pipe"
+    args = _args(run_dir, rlhf=True)
+    args.overrides += ["genrm_steps=1", "genrm_pairs=4", "rlhf_steps=1",
+                       "rlhf_overrides=[judge.max_new_tokens=4, judge.retries=0, rollout.max_new_tokens=6]"]
+    assert pipeline.run(args) == 0
+    out = capsys.readouterr().out
+    assert "rlhf: 1 GRPO steps with the GenRM" in out and "GenRM: 1 GRPO steps" in out
+    rep = json.loads((run_dir / "rlhf.json").read_text())
+    genrm_ckpt = json.loads((run_dir / "stages" / "genrm.json").read_text())["checkpoint"]
+    assert rep["rlhf"]["judge"] == genrm_ckpt and rep["rlhf"]["judge_fallback_frac"] == [1.0]
+    saved = yaml.safe_load((run_dir / "rlhf" / "config.yaml").read_text())
+    assert saved["model"] == json.loads((run_dir / "stages" / "rlvr.json").read_text())["checkpoint"]
+    assert saved["judge"]["model"] == genrm_ckpt and saved["length_control"]["enabled"]
+    from transformers import AutoModelForCausalLM
+
+    AutoModelForCausalLM.from_pretrained(genrm_ckpt)
+    AutoModelForCausalLM.from_pretrained(rep["rlhf"]["checkpoint"])
+    assert not pipeline.PipelineConfig().rlhf  # opt-in

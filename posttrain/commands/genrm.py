@@ -1,0 +1,77 @@
+"""``posttrain genrm``: train a generative reward model with GRPO on preference pairs (the RL stage
+on the ``genrm`` environment; ``train/rlhf.py``). ``--mine OUT.jsonl`` instead writes preference
+pairs mined from a model's own samples on verifiable environments (``envs/genrm/pairs.py``)."""
+
+from __future__ import annotations
+
+import argparse
+
+from posttrain.commands.recipe_args import add_recipe_arguments
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_recipe_arguments(p, "recipes/genrm.yaml", "envs='[{name: genrm, args: {pairs: prefs.jsonl}}]' train.steps=20")
+    p.add_argument("--mine", metavar="OUT.jsonl", help="write mined pairs instead of training (uses --envs, "
+                   "--n, --k and the config's model)")
+    p.add_argument("--eval", metavar="MODEL", help="measure MODEL (spec, HF directory or http:// endpoint) as a judge "
+                   "on the config's held-out pairs instead of training: agreement, format errors, position bias")
+    p.add_argument("--out", help="with --eval: write the figures (JSON) here and the per-task replies beside it")
+    p.add_argument("--envs", default="math", help="with --mine: comma-separated verifiable environments")
+    p.add_argument("--n", type=int, default=32, help="with --mine: tasks per environment")
+    p.add_argument("--k", type=int, default=4, help="with --mine: samples per task")
+
+
+def mine(args: argparse.Namespace, cfg: object) -> int:
+    from posttrain.envs.base import make_env
+    from posttrain.envs.genrm.judge import make_generator
+    from posttrain.envs.genrm.pairs import mine_pairs, write_pairs
+
+    gen = make_generator(cfg.model)  # type: ignore[attr-defined]
+    pairs = []
+    for name in args.envs.split(","):
+        env = make_env(name)
+        pairs += mine_pairs(gen, env, env.tasks("train", args.n), args.k, cfg.rollout.max_new_tokens)  # type: ignore[attr-defined]
+    write_pairs(pairs, args.mine)
+    print(f"[genrm] {len(pairs)} pairs from {args.n} tasks per environment ({args.envs}): {args.mine}")
+    return 0
+
+
+def evaluate(args: argparse.Namespace, cfg: object) -> int:
+    import json
+    from pathlib import Path
+
+    from posttrain.envs.build import build_envs
+    from posttrain.envs.genrm.evaluate import genrm_agreement
+    from posttrain.envs.genrm.judge import make_generator
+
+    spec = cfg.envs[0]  # type: ignore[attr-defined]
+    gen = make_generator(None, args.eval) if args.eval.startswith(("http://", "https://")) else make_generator(args.eval)
+    out = Path(args.out) if args.out else None
+    figures = genrm_agreement(gen, build_envs([spec])["genrm"], "validation", spec.val_tasks or None,
+                              cfg.rollout.max_new_tokens, cfg.rollout.reasoning,  # type: ignore[attr-defined]
+                              out.with_suffix(".replies.jsonl") if out else None)
+    for k, v in figures.items():
+        print(f"[genrm] {k:32s} {v:.3f}")
+    if out:
+        out.write_text(json.dumps({"model": args.eval, **figures}, indent=2))
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    from posttrain.configs import load_config
+    from posttrain.configs.rlhf import GenRMConfig
+    from posttrain.train.rlhf import train_genrm
+
+    cfg = load_config(GenRMConfig, args.config, args.overrides)
+    if args.mine:
+        return mine(args, cfg)
+    if args.eval:
+        return evaluate(args, cfg)
+    res = train_genrm(cfg, progress=not args.no_progress)
+    last, nan = res.last, float("nan")
+    print(f"[genrm] {res.steps} steps in {res.seconds:.0f}s; last batch reward {last.get('reward', nan):.3f} "
+          "(1 = every judgement exact, 0 = format error)")
+    if res.best_step is not None:
+        print(f"[genrm] best held-out reward {res.best_val_reward:.3f} at step {res.best_step}: {res.run_dir / 'best'}")
+    print(f"[genrm] checkpoint: {res.checkpoint}  (metrics: {res.run_dir / 'metrics.jsonl'})")
+    return 0

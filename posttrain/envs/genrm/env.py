@@ -1,0 +1,104 @@
+"""The ``genrm`` environment: training a generative reward model with GRPO is RL on this.
+
+A task is one preference pair with ground truth (``envs/genrm/pairs.py``), rendered as the GenRM
+prompt (``envs/genrm/format.py``); the policy is the judge being trained. ``verify`` parses the
+judgement and returns the reward of ``algos/genrm.py`` mapped onto [0, 1] (the environment
+contract): ``reward = 1 + R / 23`` with R = −10·[format error] − |ΔH1| − |ΔH2| − |ΔR| (a format error
+is R = −23, reward 0; a perfect judgement is R = 0, reward 1). The raw R, the two score errors, the
+ranking error and whether the predicted ranking has the right side (``rank_sign_ok``) are the
+verify result's components; the reason is ``ok`` or ``format:<failure reason>``.
+
+Every pair appears twice in its split, as given and with the responses swapped (ground truth
+(h2, h1, 7 − r)): against position bias. Train and validation are disjoint by pair: the split is a
+hash of the pair id (``validation`` = ``val_frac`` of the pairs), or the pairs of ``val_pairs``
+when that file is given.
+
+Constructor arguments (``envs: [{name: genrm, args: {...}}]``): ``pairs`` (JSONL path, the format
+of ``pairs.read_pairs``), ``val_pairs`` (optional JSONL), ``math_pairs`` (how many rule-built math
+pairs to add, default 0; with no ``pairs`` file at all, 64), ``val_frac`` (0.2), ``c1`` (10) and
+``c2`` (1), the reward's weights (the [0, 1] map divides by ``c1 + 8 + 5·c2``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from posttrain.algos.genrm import C1, C2, Judgement, genrm_reward, genrm_reward_unit, swap_truth
+from posttrain.envs.base import ENVIRONMENTS, Environment, Message, Split, Task, VerifyResult
+from posttrain.envs.genrm.format import ParseFailure, build_genrm_prompt, parse_judgement, split_prompt
+from posttrain.envs.genrm.pairs import PreferencePair, math_rule_pairs, read_pairs
+
+
+def pair_task(pair: PreferencePair, swapped: bool) -> Task:
+    """The GenRM task of a pair, in one order."""
+    history, turn = split_prompt(pair.messages)
+    r1, r2 = (pair.response_2, pair.response_1) if swapped else (pair.response_1, pair.response_2)
+    truth = swap_truth(pair.truth) if swapped else pair.truth
+    return Task(id=f"{pair.id}/{'swapped' if swapped else 'given'}", domain="genrm",
+                messages=build_genrm_prompt(history, turn, r1, r2),
+                ground_truth={"h1": truth.h1, "h2": truth.h2, "rank": truth.rank},
+                metadata={"pair_id": pair.id, "swapped": swapped, "source": pair.source})
+
+
+def _final_text(messages: list[Message]) -> str:
+    for m in reversed(messages):
+        if m.get("role") == "assistant":
+            c = m.get("content")
+            return c if isinstance(c, str) else ""
+    return ""
+
+
+def score_judgement(raw: str, truth: Judgement, c1: float = C1, c2: float = C2) -> VerifyResult:
+    """The verify result of one judge reply against the ground truth (module docstring)."""
+    pred = parse_judgement(raw)
+    if isinstance(pred, ParseFailure):
+        return VerifyResult(0.0, {"R": genrm_reward(None, truth, c1, c2), "format_error": 1.0}, f"format:{pred.reason}")
+    side_ok = (pred.rank < 3.5) == (truth.rank < 3.5)
+    comps = {"R": genrm_reward(pred, truth, c1, c2), "format_error": 0.0, "h1_err": abs(pred.h1 - truth.h1),
+             "h2_err": abs(pred.h2 - truth.h2), "rank_err": abs(pred.rank - truth.rank), "rank_sign_ok": float(side_ok)}
+    return VerifyResult(genrm_reward_unit(pred, truth, c1, c2), comps, "ok")
+
+
+class GenRMEnv(Environment):
+    name = "genrm"
+    domain = "genrm"
+
+    def __init__(self, pairs: str | None = None, val_pairs: str | None = None, math_pairs: int | None = None,
+                 val_frac: float = 0.2, c1: float = C1, c2: float = C2) -> None:
+        self.pairs_path, self.val_path, self.val_frac = pairs, val_pairs, val_frac
+        self.c1, self.c2 = c1, c2
+        self.math_pairs = (0 if pairs else 64) if math_pairs is None else math_pairs
+        self._cache: dict[str, list[PreferencePair]] = {}
+
+    def _split_of(self, pair_id: str) -> str:
+        bucket = int.from_bytes(hashlib.sha256(pair_id.encode()).digest()[:8], "big") / 2**64
+        return "validation" if bucket < self.val_frac else "train"
+
+    def pairs(self, split: Split) -> list[PreferencePair]:
+        if split not in self._cache:
+            given = read_pairs(self.pairs_path) if self.pairs_path else []
+            if self.val_path:
+                mine = given if split == "train" else read_pairs(self.val_path)
+            else:
+                mine = [p for p in given if self._split_of(p.id) == split]
+            if self.math_pairs:
+                n = self.math_pairs if split == "train" else max(1, int(self.math_pairs * self.val_frac))
+                mine = mine + math_rule_pairs(n, split)
+            self._cache[split] = mine
+        return self._cache[split]
+
+    def tasks(self, split: Split = "train", n: int | None = None, seed: int = 0) -> list[Task]:
+        """Each pair as given, then swapped, pair after pair (``n`` counts tasks, not pairs)."""
+        out = [pair_task(p, s) for p in self.pairs(split) for s in (False, True)]
+        if not out:
+            raise ValueError(f"genrm: no {split} pairs (set args.pairs, args.val_pairs or args.math_pairs)")
+        return out if n is None else out[:n]
+
+    def verify(self, task: Task, messages: list[Message]) -> VerifyResult:
+        gt = task.ground_truth
+        return score_judgement(_final_text(messages), Judgement(gt["h1"], gt["h2"], gt["rank"]), self.c1, self.c2)
+
+
+if GenRMEnv.name not in ENVIRONMENTS:
+    ENVIRONMENTS.register(GenRMEnv.name)(GenRMEnv)

@@ -1,0 +1,79 @@
+"""How well a model judges: agreement with the ground truth on held-out pairs, per position order.
+
+:func:`genrm_agreement` asks a generator (greedy, one reply each, **no retries**: a format error is
+part of what is measured) for a verdict on each held-out task of the ``genrm`` environment (every
+pair in both orders) and returns:
+
+* ``format_error_rate`` — replies that do not parse;
+* ``rank_side_acc`` — the predicted ranking names the better response (r ≤ 3 vs r ≥ 4 agrees with
+  the ground truth), over all replies (a format error counts as wrong), and ``rank_side_acc_parsed``
+  over the parseable ones;
+* ``h_abs_err`` — mean |P_h − G_h| over both scores, ``rank_abs_err`` — mean |P_r − G_r| (parseable);
+* ``reward`` — mean 1 + R/23 (the training reward; 0 for a format error);
+* per order (``given/…``, ``swapped/…``) the same, and **position bias**: ``prefers_first`` = share
+  of parseable verdicts that rank response 1 better (a balanced both-orders set makes 0.5 the
+  unbiased value) and ``order_consistency`` = share of pairs, both replies parseable, whose two
+  verdicts prefer the same underlying response.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from posttrain.algos.genrm import Judgement
+from posttrain.engines.base import SamplingParams
+from posttrain.envs.genrm.env import score_judgement
+from posttrain.envs.genrm.format import ParseFailure, parse_judgement
+
+
+def _summary(rows: list[dict[str, Any]]) -> dict[str, float]:
+    n = max(len(rows), 1)
+    ok = [r for r in rows if not r["format_error"]]
+    m = max(len(ok), 1)
+    return {"n": float(len(rows)), "format_error_rate": sum(r["format_error"] for r in rows) / n,
+            "rank_side_acc": sum(r.get("rank_sign_ok", 0.0) for r in ok) / n,
+            "rank_side_acc_parsed": sum(r["rank_sign_ok"] for r in ok) / m if ok else float("nan"),
+            "h_abs_err": sum(r["h1_err"] + r["h2_err"] for r in ok) / (2 * m) if ok else float("nan"),
+            "rank_abs_err": sum(r["rank_err"] for r in ok) / m if ok else float("nan"),
+            "reward": sum(r["reward"] for r in rows) / n,
+            "prefers_first": sum(r["pred_rank"] <= 3 for r in ok) / m if ok else float("nan")}
+
+
+def agreement_from_rows(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """The figures of the module docstring from per-task rows (``task_id``, ``swapped``, ``pair_id``,
+    ``reward``, the verify components, ``pred_rank``)."""
+    out = _summary(rows)
+    for order in ("given", "swapped"):
+        out.update({f"{order}/{k}": v for k, v in _summary([r for r in rows if r["swapped"] == (order == "swapped")]).items()})
+    by_pair: dict[str, dict[bool, dict[str, Any]]] = {}
+    for r in rows:
+        by_pair.setdefault(r["pair_id"], {})[r["swapped"]] = r
+    both = [p for p in by_pair.values() if len(p) == 2 and not p[False]["format_error"] and not p[True]["format_error"]]
+    # consistent: the swapped verdict prefers position 2 exactly when the given one prefers position 1
+    consistent = [(p[False]["pred_rank"] <= 3) != (p[True]["pred_rank"] <= 3) for p in both]
+    out["order_consistency"] = sum(consistent) / len(consistent) if consistent else float("nan")
+    return out
+
+
+def genrm_agreement(generator: Any, env: Any, split: str = "validation", n: int | None = None,
+                    max_new_tokens: int = 256, reasoning: bool = False, records: Path | None = None
+                    ) -> dict[str, float]:
+    """Judge every held-out task once, greedily; the agreement figures (module docstring)."""
+    tasks = env.tasks(split, n)
+    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, n=1, reasoning=reasoning)
+    outs = generator.generate([t.messages for t in tasks], params)
+    rows = []
+    for t, comps in zip(tasks, outs):
+        text = comps[0].text
+        gt = t.ground_truth
+        res = score_judgement(text, Judgement(gt["h1"], gt["h2"], gt["rank"]))
+        pred = parse_judgement(text)
+        rows.append({"task_id": t.id, "pair_id": t.metadata["pair_id"], "swapped": t.metadata["swapped"],
+                     "reward": res.reward, "reason": res.reason, **res.components,
+                     "pred_rank": None if isinstance(pred, ParseFailure) else pred.rank, "reply": text})
+    if records is not None:
+        records.parent.mkdir(parents=True, exist_ok=True)
+        records.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return agreement_from_rows(rows)
