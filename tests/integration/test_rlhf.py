@@ -12,7 +12,6 @@ import argparse
 import json
 
 import pytest
-import torch
 from transformers import AutoModelForCausalLM
 
 from posttrain.configs import load_config

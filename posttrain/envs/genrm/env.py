@@ -22,7 +22,6 @@ pairs to add, default 0; with no ``pairs`` file at all, 64), ``val_frac`` (0.2),
 from __future__ import annotations
 
 import hashlib
-from typing import Any
 
 from posttrain.algos.genrm import C1, C2, Judgement, genrm_reward, genrm_reward_unit, swap_truth
 from posttrain.envs.base import ENVIRONMENTS, Environment, Message, Split, Task, VerifyResult

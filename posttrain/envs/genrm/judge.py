@@ -19,7 +19,7 @@ generated, retries included), ``retries``, ``fallbacks``, ``failure/<reason>`` (
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 from posttrain.algos.genrm import NEUTRAL_RANK, Judgement
 from posttrain.engines.base import Generator, Message, SamplingParams
