@@ -45,7 +45,8 @@ def make_examples(tok, n: int, seed: int):
     from posttrain.data.synthetic import arithmetic_rows
     from posttrain.train.sft import tokenize_rows
 
-    return tokenize_rows(tok, list(arithmetic_rows(n, seed=seed, max_digits=3)))
+    examples, _ = tokenize_rows(tok, list(arithmetic_rows(n, seed=seed, max_digits=3)))
+    return examples
 
 
 def anchor_step(model, opt, examples, pad_id: int) -> int:
