@@ -103,7 +103,7 @@ class RemoteEpisode(Episode):
         self.env = env
         seeded = env.call("POST", "/seed_session", {"task": task.to_dict()})
         self.session_id: str = seeded["resources_session_id"]
-        self.tools: list[dict[str, Any]] = seeded.get("tools") or []
+        self.tools: list[dict[str, Any]] = [tool_to_responses(t) for t in task.tools or []]
         self._closed = False
 
     def step(self, assistant_message: Message) -> StepResult:

@@ -63,6 +63,7 @@ log = logging.getLogger(__name__)
 
 SESSION_COOKIE = "posttrain_session"
 SESSION_HEADER = "X-Session-Id"
+DONE_HEADER = "X-Episode-Done"
 INPUT_ROLES = ("system", "developer", "user")
 
 
@@ -81,9 +82,16 @@ def messages_to_items(messages: Sequence[Message]) -> list[dict[str, Any]]:
             if m.get("reasoning_content") is not None:
                 summary = [{"type": "summary_text", "text": m["reasoning_content"]}]
                 items.append({"type": "reasoning", "summary": summary})
-            if content or not m.get("tool_calls"):  # an empty answer is still a turn to grade
+            refusal = m.get("refusal")
+            if content or not (m.get("tool_calls") or refusal):  # an empty answer is still a turn to grade
                 text = {"type": "output_text", "text": content, "annotations": []}
                 items.append({"type": "message", "role": "assistant", "content": [text]})
+            if refusal:  # Responses-API refusal part; chat messages carry it in ``refusal``
+                parts = [{"type": "refusal", "refusal": refusal}]
+                if items and items[-1].get("type") == "message" and items[-1].get("role") == "assistant":
+                    items[-1]["content"] += parts
+                else:
+                    items.append({"type": "message", "role": "assistant", "content": parts})
             for call in m.get("tool_calls") or []:
                 fn = call.get("function", call)
                 items.append({
@@ -97,6 +105,24 @@ def messages_to_items(messages: Sequence[Message]) -> list[dict[str, Any]]:
         else:
             raise ValueError(f"message {i}: unknown role {role!r}")
     return items
+
+
+def _split_refusal(content: Any) -> tuple[Any, str | None]:
+    """``content`` without its Responses-API refusal parts, and their text (None when there are none).
+
+    A refusal is not an answer: it goes to the chat message's ``refusal`` field, which no verifier
+    reads, so a refused turn grades like an empty one (reward 0) instead of failing the request.
+    """
+    if not isinstance(content, list):
+        return content, None
+    refusals = [p for p in content if isinstance(p, dict) and p.get("type") == "refusal"]
+    if not refusals:
+        return content, None
+    for p in refusals:
+        if not isinstance(p.get("refusal"), str):
+            raise ValueError("a refusal part needs a string 'refusal'")
+    rest = [p for p in content if not (isinstance(p, dict) and p.get("type") == "refusal")]
+    return rest, "".join(p["refusal"] for p in refusals)
 
 
 def _text_of(content: Any, where: str) -> str:
@@ -159,11 +185,17 @@ def items_to_messages(items: Sequence[Any]) -> list[Message]:
                 current = new_assistant()
             current["reasoning_content"] = text
         elif kind == "message":
-            role, text = item.get("role"), _text_of(item.get("content"), where)
+            try:
+                content, refusal = _split_refusal(item.get("content"))
+            except ValueError as e:
+                raise ValueError(f"{where}: {e}") from None
+            role, text = item.get("role"), _text_of(content, where)
             if role == "assistant":
-                if current is None or current["content"] or current.get("tool_calls"):
+                if current is None or current["content"] or current.get("tool_calls") or "refusal" in current:
                     current = new_assistant()
                 current["content"] = text
+                if refusal is not None:
+                    current["refusal"] = refusal
             elif role in INPUT_ROLES:
                 current = None
                 messages.append({"role": role, "content": text})
@@ -255,12 +287,43 @@ class VerifyRequest(BaseModel):
     task_id: str | None = None
 
 
+class GymTaskId(BaseModel):
+    """NeMo Gym's ``TaskId``: a task within a run-qualified taskset."""
+
+    model_config = ConfigDict(extra="forbid")
+    taskset: str
+    task_id: str
+
+
 class SeedSessionRequest(BaseModel):
+    """Three shapes: ours (``task`` or a ``task_id`` string), a NeMo Gym dataset row (an agent's
+    ``/run`` forwards the row: ``responses_create_params`` plus the row's fields, ``task`` among
+    them), and NeMo Gym's ``ResourcesSeedSessionRequest`` from an Environment Server
+    (``resources_session_id``, ``episode_id``, ``task_id: {taskset, task_id}``, ``task_data``: the
+    row's fields other than ``responses_create_params``)."""
+
     model_config = ConfigDict(extra="allow")
     task: TaskBody | None = None
-    task_id: str | None = None
-    resources_session_id: str | None = None  # caller-assigned id, as in ResourcesSeedSessionRequest
+    task_id: str | GymTaskId | None = None
+    task_data: dict[str, Any] | None = None
+    resources_session_id: str | None = Field(default=None, min_length=1)  # caller-assigned id
     responses_create_params: ResponsesCreateParams | None = None
+
+    def task_body(self) -> TaskBody | None:
+        if self.task is not None:
+            return self.task
+        inner = (self.task_data or {}).get("task")
+        if inner is None:
+            return None
+        try:
+            return TaskBody.model_validate(inner)
+        except ValueError as e:
+            raise HTTPException(422, f"task_data.task: {e}") from None
+
+    def task_ids(self) -> list[str | None]:
+        metadata = (self.responses_create_params.metadata if self.responses_create_params else None) or {}
+        tid = self.task_id.task_id if isinstance(self.task_id, GymTaskId) else self.task_id
+        return [tid, metadata.get("task_id")]
 
 
 class StepRequest(BaseModel):
@@ -292,6 +355,9 @@ class _State:
         self.max_sessions, self.max_tasks = max_sessions, max_tasks
         self.sessions: OrderedDict[str, _Session] = OrderedDict()
         self.tasks: OrderedDict[str, Task] = OrderedDict()
+        # Ids closed (or closed before they were seeded): NeMo Gym's session contract rejects a seed
+        # that arrives after its close, so a retried or racing seed cannot bring a session back.
+        self.closed: OrderedDict[str, None] = OrderedDict()
         self.lock = threading.Lock()
 
     def remember(self, tasks: Sequence[Task]) -> None:
@@ -340,6 +406,10 @@ class _State:
     def close(self, sid: str) -> bool:
         with self.lock:
             s = self.sessions.pop(sid, None)
+            self.closed[sid] = None
+            self.closed.move_to_end(sid)
+            while len(self.closed) > self.max_sessions:
+                self.closed.popitem(last=False)
         if s is not None and s.episode is not None:
             s.episode.close()
         return s is not None
@@ -364,6 +434,118 @@ def _step(session: _Session, message: Message) -> dict[str, Any]:
             "info": result.info,
             "stats": dict(session.episode.stats),
         }
+
+
+def _session_task(state: _State, sid: str | None) -> Task | None:
+    """The task of the session ``sid`` names (NeMo Gym's verify carries the session cookie)."""
+    with state.lock:
+        s = state.sessions.get(sid) if sid else None
+    return s.task if s is not None and s.task.id else None
+
+
+def _seed(state: _State, body: SeedSessionRequest) -> str:
+    """Start (or find) the session a ``/seed_session`` names; its id.
+
+    NeMo Gym's contract (``check_resources_session_contract``): a repeated seed of a live id returns
+    that session unchanged (no second episode), and a seed of an id that was closed, or closed
+    before it was ever seeded, is rejected (409), so a late or retried seed cannot recreate it.
+    """
+    env = state.env
+    sid = body.resources_session_id
+    with state.lock:
+        if sid is not None and sid in state.closed:
+            raise HTTPException(409, f"session {sid!r} was closed; seed a new resources_session_id")
+        if sid is not None and sid in state.sessions:
+            return sid
+    task_body, ids = body.task_body(), body.task_ids()
+    gym_id_only = isinstance(body.task_id, GymTaskId) and task_body is None and ids[1] is None
+    if env.multi_turn or task_body is not None or (any(ids) and not gym_id_only):
+        task = state.resolve_task(task_body, *ids, remember=True)
+    else:  # NeMo Gym agents seed every environment, single-turn ones too; the task is not needed
+        with state.lock:
+            known = state.tasks.get(ids[0]) if ids[0] else None
+        task = known or Task(id="", domain=env.domain, messages=[])
+    try:
+        episode = env.start_episode(task) if env.multi_turn else None
+    except Exception as e:
+        raise _crash("Environment.start_episode", e) from None
+    sid = sid or uuid.uuid4().hex
+    with state.lock:
+        closed, live = sid in state.closed, sid in state.sessions
+    if closed or live:  # a concurrent seed or close of the same id won
+        if episode is not None:
+            episode.close()
+        if closed:
+            raise HTTPException(409, f"session {sid!r} was closed; seed a new resources_session_id")
+        return sid
+    state.add_session(sid, _Session(episode, task))
+    return sid
+
+
+def tool_response(out: dict[str, Any]) -> Response:
+    """What NeMo Gym's agent feeds the model for one tool call: the body, verbatim, as the
+    ``function_call_output``. So the body is the tool observation's text exactly as our own rollout
+    loop puts it in the conversation (not a JSON envelope around it); whether the episode is done
+    travels in the ``X-Episode-Done`` header. Observations that are not tool outputs (a simulated
+    user's reply) cannot reach the model through this endpoint; ``/step`` returns them."""
+    tool_obs = [o for o in out["observations"] if o.get("role") == "tool"] or out["observations"]
+    text = "\n".join(str(o.get("content") or "") for o in tool_obs)
+    return Response(
+        content=text.encode("utf-8"),
+        media_type="text/plain; charset=utf-8",
+        headers={DONE_HEADER: "true" if out["done"] else "false"},
+    )
+
+
+def gym_aggregate_metrics(verify_responses: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """NeMo Gym's ``AggregateMetrics`` for a batch of verify responses: per task (grouped by
+    ``_ng_task_index``) and overall mean / max / min / median / std of ``reward`` and of every
+    reward component, with masked samples (``mask_sample``) left out of the statistics and counted."""
+    import statistics
+
+    def stats(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        series: dict[str, list[float]] = {}
+        for r in rows:
+            values = {"reward": r.get("reward"), **(r.get("reward_components") or {})}
+            for k, v in values.items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    series.setdefault(k, []).append(float(v))
+        out: dict[str, Any] = {}
+        for k, vs in series.items():
+            out.update({
+                f"mean/{k}": statistics.fmean(vs), f"max/{k}": max(vs), f"min/{k}": min(vs),
+                f"median/{k}": statistics.median(vs), f"std/{k}": statistics.stdev(vs) if len(vs) > 1 else 0.0,
+            })
+        return out
+
+    scored = [r for r in verify_responses if not r.get("mask_sample")]
+    groups: dict[Any, list[dict[str, Any]]] = {}
+    for r in scored:
+        groups.setdefault(r.get("_ng_task_index", 0), []).append(r)
+    group_level = [
+        {"_ng_task_index": k, **stats(rows), "num_rollouts": len(rows)}
+        for k, rows in sorted(groups.items(), key=lambda kv: str(kv[0]))
+    ]
+    agent = {**stats(scored), "num_rollouts": len(verify_responses), "num_masked": len(verify_responses) - len(scored)}
+    key = {k: agent[k] for k in ("mean/reward",) if k in agent}
+    return {"group_level_metrics": group_level, "agent_metrics": agent, "key_metrics": key}
+
+
+def add_gym_routes(app: FastAPI, state: _State) -> None:
+    """NeMo Gym resource-server routes beyond the session and verify ones."""
+
+    @app.post("/aggregate_metrics")
+    def aggregate_metrics(body: dict[str, Any] = Body(...)) -> dict[str, Any]:
+        rows = body.get("verify_responses")
+        if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+            raise HTTPException(422, "verify_responses: expected a list of verify responses (objects)")
+        return gym_aggregate_metrics(rows)
+
+    @app.get("/reverify_mode")
+    def reverify_mode() -> str:
+        # Stateless: /verify needs nothing the server remembers (the task travels in the body), so
+        # NeMo Gym may re-verify stored rollouts against a fresh server.
+        return "stateless"
 
 
 def create_app(env: Environment, max_sessions: int = 10_000, max_tasks: int = 20_000) -> FastAPI:
@@ -400,9 +582,11 @@ def create_app(env: Environment, max_sessions: int = 10_000, max_tasks: int = 20
         return {"tasks": [t.to_dict() for t in got]}
 
     @app.post("/verify")
-    def verify(body: VerifyRequest) -> dict[str, Any]:
+    def verify(body: VerifyRequest, posttrain_session: str | None = CookieParam(default=None)) -> dict[str, Any]:
         metadata = body.responses_create_params.metadata or {}
-        task = state.resolve_task(body.task, body.task_id, metadata.get("task_id"))
+        task = _session_task(state, posttrain_session) if body.task is None and not (
+            body.task_id or metadata.get("task_id")) else None
+        task = task or state.resolve_task(body.task, body.task_id, metadata.get("task_id"))
         try:
             messages = conversation_after_prompt(task, body.responses_create_params.input, body.response.output)
         except ValueError as e:
@@ -412,7 +596,7 @@ def create_app(env: Environment, max_sessions: int = 10_000, max_tasks: int = 20
         except Exception as e:
             raise _crash("Environment.verify", e) from None
         return {
-            **body.model_dump(mode="json"),
+            **body.model_dump(mode="json", exclude_unset=True),  # the body as sent: no defaults added
             "reward": result.reward,
             "reward_components": result.components,
             "reason": result.reason,
@@ -420,22 +604,9 @@ def create_app(env: Environment, max_sessions: int = 10_000, max_tasks: int = 20
 
     @app.post("/seed_session")
     def seed_session(body: SeedSessionRequest, response: Response) -> dict[str, Any]:
-        metadata = (body.responses_create_params.metadata if body.responses_create_params else None) or {}
-        if env.multi_turn or body.task is not None or body.task_id or metadata.get("task_id"):
-            task = state.resolve_task(body.task, body.task_id, metadata.get("task_id"), remember=True)
-        else:  # NeMo Gym agents seed every environment, single-turn ones too
-            task = Task(id="", domain=env.domain, messages=[])
-        try:
-            episode = env.start_episode(task) if env.multi_turn else None
-        except Exception as e:
-            raise _crash("Environment.start_episode", e) from None
-        sid = body.resources_session_id or uuid.uuid4().hex
-        state.add_session(sid, _Session(episode, task))
+        sid = _seed(state, body)
         response.set_cookie(SESSION_COOKIE, sid)
-        return {
-            "resources_session_id": sid,
-            "tools": [tool_to_responses(t) for t in task.tools or []],
-        }
+        return {"resources_session_id": sid}  # exactly NeMo Gym's ResourcesSeedSessionResponse
 
     @app.post("/step")
     def step(body: StepRequest) -> dict[str, Any]:
@@ -445,7 +616,10 @@ def create_app(env: Environment, max_sessions: int = 10_000, max_tasks: int = 20
 
     @app.post("/close_session")
     def close_session(body: CloseSessionRequest) -> dict[str, Any]:
-        return {"resources_session_id": body.resources_session_id, "closed": state.close(body.resources_session_id)}
+        state.close(body.resources_session_id)  # idempotent; an unknown id is closed ahead of its seed
+        return {"resources_session_id": body.resources_session_id}  # NeMo Gym's ResourcesCloseSessionResponse
+
+    add_gym_routes(app, state)  # before the tool catch-all, which would shadow them
 
     @app.post("/{tool_name}")
     def call_tool(
@@ -453,16 +627,11 @@ def create_app(env: Environment, max_sessions: int = 10_000, max_tasks: int = 20
         arguments: dict[str, Any] = Body(default_factory=dict),
         x_session_id: str | None = Header(default=None),
         posttrain_session: str | None = CookieParam(default=None),
-    ) -> dict[str, Any]:
+    ) -> Response:
         session = state.session(x_session_id or posttrain_session)
         call = {"type": "function", "function": {"name": tool_name, "arguments": arguments}}
         out = _step(session, {"role": "assistant", "content": "", "tool_calls": [call]})
-        tool_obs = [o for o in out["observations"] if o.get("role") == "tool"] or out["observations"]
-        return {
-            "output": "\n".join(str(o.get("content") or "") for o in tool_obs),
-            "done": out["done"],
-            "observations": out["observations"],
-        }
+        return tool_response(out)
 
     return app
 
