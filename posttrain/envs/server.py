@@ -230,10 +230,27 @@ def items_to_messages(items: Sequence[Any]) -> list[Message]:
     return messages
 
 
+def with_item_ids(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Model-written items with the ``id`` (and a message's ``status``) that NeMo Gym's output-item
+    models require; input messages (``system``/``user``) need none."""
+    out = []
+    for k, item in enumerate(items):
+        item = dict(item)
+        if item["type"] == "message" and item.get("role") == "assistant":
+            item.setdefault("id", f"msg_{k}")
+            item.setdefault("status", "completed")
+        elif item["type"] == "reasoning":
+            item.setdefault("id", f"rs_{k}")
+        elif item["type"] == "function_call":
+            item.setdefault("id", f"fc_{k}")
+        out.append(item)
+    return out
+
+
 def task_to_row(task: Task) -> dict[str, Any]:
     """A task as a NeMo Gym dataset row (``responses_create_params`` + our ``task`` field)."""
     params: dict[str, Any] = {
-        "input": messages_to_items(task.messages),
+        "input": with_item_ids(messages_to_items(task.messages)),  # earlier assistant turns need ids
         "metadata": {"task_id": task.id},
     }
     if task.tools:
