@@ -141,7 +141,7 @@ def test_nemo_gym_accepts_every_served_environment(tmp_path, capsys):
         (tmp_path / "cases.json").write_text(json.dumps(cases))
         proc = subprocess.run(
             [str(py), str(GYM_DIR / "conformance.py"), str(tmp_path / "cases.json"), "--out", str(tmp_path / "out.json")],
-            capture_output=True, text=True, timeout=540, cwd=ROOT,
+            capture_output=True, text=True, timeout=300, cwd=tmp_path,  # Gym's hydra writes outputs/ in the cwd
         )
     lines = proc.stdout.strip().splitlines()
     with capsys.disabled():
