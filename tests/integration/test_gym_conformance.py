@@ -10,7 +10,8 @@ the same transcript; for tool environments the tool observations Gym shows the m
 the ones our rollout loop shows.
 
 Without the virtualenv the test is skipped with the reason (the build log's last lines); under CI
-(``CI`` set), where ``make setup`` builds it, a missing virtualenv is a failure.
+(``CI`` set, or ``POSTTRAIN_REQUIRE_GYM=1``), where ``make setup`` builds it, a missing virtualenv is a
+failure.
 """
 
 from __future__ import annotations
@@ -34,17 +35,21 @@ ROOT = Path(__file__).resolve().parents[2]
 GYM_DIR = ROOT / "tests" / "gym"
 
 
+def gym_venv() -> Path:
+    return Path(os.environ.get("POSTTRAIN_GYM_VENV", ROOT / ".venv-gym"))
+
+
 def gym_python() -> Path:
-    venv = Path(os.environ.get("POSTTRAIN_GYM_VENV", ROOT / ".venv-gym"))
-    return venv / "bin" / "python"
+    return gym_venv() / "bin" / "python"
 
 
 def gym_unavailable() -> str | None:
     """Why NeMo Gym's virtualenv cannot be used (None when it can)."""
     py = gym_python()
     if not py.exists():
-        log = ROOT / ".venv-gym.log"
-        tail = log.read_text(errors="replace").strip().splitlines()[-5:] if log.exists() else []
+        log = Path(f"{gym_venv()}.log")  # tests/gym/build_venv.sh writes it beside the venv
+        lines = log.read_text(errors="replace").strip().splitlines() if log.exists() else []
+        tail = [line for line in lines if "which is not installed" not in line][-4:]
         why = "; ".join(tail) or "no build log (run `make setup`, or `sh tests/gym/build_venv.sh`)"
         return f"no NeMo Gym virtualenv at {py.parent.parent}: {why}"
     probe = subprocess.run([str(py), "-c", "import nemo_gym.testing.session_conformance, responses_api_agents.simple_agent.app"],
@@ -58,7 +63,7 @@ def require_gym() -> Path:
     why = gym_unavailable()
     if why is not None:
         print(f"\nNeMo Gym conformance not run: {why}", file=sys.stderr)
-        if os.environ.get("CI"):
+        if os.environ.get("CI") or os.environ.get("POSTTRAIN_REQUIRE_GYM"):
             pytest.fail(f"CI builds the NeMo Gym virtualenv (make setup), but: {why}")
         pytest.skip(why)
     return gym_python()
