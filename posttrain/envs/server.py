@@ -15,15 +15,21 @@ Endpoints (field names follow NeMo Gym's ``BaseVerifyRequest`` / ``BaseVerifyRes
   passes a row's fields through seed_session and verify unchanged). Instead of the whole task a
   client may send ``responses_create_params.metadata.task_id`` (or top-level ``task_id``) for a task
   this server has already handed out.
-* ``POST /seed_session`` — starts an episode of a multi-turn environment for a task; returns
-  ``resources_session_id`` and the task's tools (Responses-API form), and sets a session cookie so a
-  NeMo Gym agent, which forwards cookies, is routed to its episode.
+* ``POST /seed_session`` — starts (or, for a live id, finds) an episode of a multi-turn environment
+  for a task; accepts our body, a NeMo Gym dataset row, or Gym's ``ResourcesSeedSessionRequest``
+  (``task_id: {taskset, task_id}``, ``task_data``); answers exactly ``{resources_session_id}`` and
+  sets a session cookie so a NeMo Gym agent, which forwards cookies, is routed to its episode. A
+  seed of a closed id is rejected (409), as Gym's session contract requires.
 * ``POST /<tool_name>`` — NeMo Gym's tool endpoint: the body is the call's arguments, the answer
-  ``{"output": <tool observation>, "done": bool}``; the session comes from the ``X-Session-Id``
-  header or the cookie. Runs as a one-call assistant turn of the session's episode.
-* ``POST /step`` and ``POST /close_session`` — our extension: one whole assistant message through
-  ``Episode.step`` (what the trainer's rollout loop does in process, including simulated-user turns
-  a per-tool endpoint cannot return), and releasing an episode.
+  the tool observation's text, verbatim (Gym feeds the body to the model), ``X-Episode-Done`` in a
+  header; the session comes from the ``X-Session-Id`` header or the cookie. Runs as a one-call
+  assistant turn of the session's episode.
+* ``POST /close_session`` (idempotent; answers exactly ``{resources_session_id}``),
+  ``POST /aggregate_metrics`` and ``GET /reverify_mode`` (``stateless``) — the rest of Gym's
+  resource-server routes.
+* ``POST /step`` — our extension: one whole assistant message through ``Episode.step`` (what the
+  trainer's rollout loop does in process, including simulated-user turns a per-tool endpoint
+  cannot return).
 * ``GET /tasks?split=&n=&seed=[&format=gym]`` and ``GET /health`` — our extension: tasks as
   ``Task`` dicts, or as NeMo Gym dataset rows with ``format=gym``.
 
