@@ -199,6 +199,7 @@ class GymEpisode(Episode):
         env.open_session(self.session_id, self.cookies)
         self.tools = [tool_to_chat(t) for t in task.tools or []]
         self.done = False
+        self.tagged = False  # whether an observation carries the session id (then verify closes it)
 
     def step(self, assistant_message: Message) -> StepResult:
         if self.done:
@@ -208,6 +209,7 @@ class GymEpisode(Episode):
         if turn.parse_error is not None:
             self.count(f"error:{turn.parse_error.reason}")
             obs = parse_error_result(turn.parse_error).message()
+            self.tagged = True
             return StepResult([{**obs, SESSION_KEY: self.session_id}], False)
         if not turn.calls:
             self.done = True
@@ -219,7 +221,14 @@ class GymEpisode(Episode):
             self.cookies.update(cookies)
             observations.append({"role": "tool", "name": call.name, "content": response.text,
                                  SESSION_KEY: self.session_id})
+        self.tagged = True
         return StepResult(observations, False)
+
+    def close(self) -> None:
+        # A transcript that names the session keeps it open for verify, which closes it; one that
+        # cannot (no tool call was made) would only leak it.
+        if not self.tagged:
+            self.env.close_session(self.session_id)
 
 
 # --------------------------------------------------------------------------- rows and transcripts

@@ -475,12 +475,16 @@ def _seed(state: _State, body: SeedSessionRequest) -> str:
     """
     env = state.env
     sid = body.resources_session_id
+    task_body, ids = body.task_body(), body.task_ids()
     with state.lock:
         if sid is not None and sid in state.closed:
             raise HTTPException(409, f"session {sid!r} was closed; seed a new resources_session_id")
-        if sid is not None and sid in state.sessions:
-            return sid
-    task_body, ids = body.task_body(), body.task_ids()
+        live = state.sessions.get(sid) if sid is not None else None
+    if live is not None:
+        named = task_body.id if task_body is not None else ids[0] if isinstance(body.task_id, str) else None
+        if named is not None and live.task.id and named != live.task.id:
+            raise HTTPException(409, f"session {sid!r} is bound to task {live.task.id!r}, not {named!r}")
+        return sid
     gym_id_only = isinstance(body.task_id, GymTaskId) and task_body is None and ids[1] is None
     if env.multi_turn or task_body is not None or (any(ids) and not gym_id_only):
         task = state.resolve_task(task_body, *ids, remember=True)

@@ -578,6 +578,8 @@ def test_gym_environment_server_seed_and_session_contract(counter_server):
         again = client.post("/seed_session", json=seed)  # idempotent: the same session, not a new episode
         assert again.json() == {"resources_session_id": "gym-s1"}
         assert client.post("/total", json={}).text == '{"total": 2}'
+        other = {**seed, "task_data": {"task": env.tasks("train", 2)[1].to_dict()}}
+        assert client.post("/seed_session", json=other).status_code == 409  # an id is bound to its task
         # verify finds the task in the body (task_data | {...}) or, without one, through the session cookie
         msgs = [{"role": "assistant", "content": "", "tool_calls": [call("add", amount=task.ground_truth)]},
                 {"role": "tool", "content": "{}"}, {"role": "assistant", "content": "done"}]

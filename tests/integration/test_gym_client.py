@@ -93,7 +93,12 @@ def test_tool_episode_against_gyms_example_single_tool_call(weather):
     assert env.verify(task, [first, *step.observations, final]).reward == 1.0
     assert episode.session_id not in env._sessions  # verify closed the Gym session
 
-    # Wrong: no tool call at all; and a malformed call is counted like our own tool environments do.
+    # Wrong: no tool call at all (the episode closes its session itself: no transcript names it);
+    # and a malformed call is counted like our own tool environments do.
+    episode = env.start_episode(task)
+    assert episode.step({"role": "assistant", "content": "No idea."}).done
+    episode.close()
+    assert episode.session_id not in env._sessions
     assert env.verify(task, [{"role": "assistant", "content": "No idea."}]).reward == 0.0
     episode = env.start_episode(task)
     bad = episode.step({"role": "assistant", "content": "<tool_call>\n<function=get_weather>\nSF"})
