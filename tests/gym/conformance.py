@@ -120,18 +120,20 @@ def proxy_app(target: str) -> FastAPI:
 
 
 class ScriptedModel:
-    """A Responses-API model server: ``metadata.script`` names the script; the turn played is the
-    number of tool results already in the input. It records every function_call_output it is shown."""
+    """A Responses-API model server playing the script named by ``active`` (set before each run, so
+    the rows stay unmodified); the turn played is the number of tool-result runs already in the
+    input. It records the function_call_outputs it is shown."""
 
     def __init__(self, scripts: dict[str, list[list[dict[str, Any]]]]) -> None:
         self.scripts = scripts
+        self.active = ""
         self.seen_tool_outputs: dict[str, list[str]] = {}
         self.app = FastAPI()
         self.app.post("/{path:path}")(self.respond)
 
     async def respond(self, path: str, request: Request) -> dict[str, Any]:
         body = await request.json()
-        key = (body.get("metadata") or {}).get("script", "")
+        key = self.active
         items = body.get("input") if isinstance(body.get("input"), list) else []
         outputs = [i.get("output") for i in items if isinstance(i, dict) and i.get("type") == "function_call_output"]
         self.seen_tool_outputs[key] = outputs
@@ -259,13 +261,6 @@ def main() -> int:
     return 0 if passed == len(checks.results) else 1
 
 
-def with_script(row: dict[str, Any], key: str) -> dict[str, Any]:
-    row = json.loads(json.dumps(row))
-    params = row["responses_create_params"]
-    params["metadata"] = {**(params.get("metadata") or {}), "script": key}
-    return row
-
-
 def reward_matches(expected: float | None, reward: float) -> None:
     assert 0.0 <= reward <= 1.0, reward
     if expected is not None:
@@ -324,7 +319,8 @@ def run_case(checks: Checks, http: httpx.Client, c: dict[str, Any], agent_port: 
             continue
 
         def agent_run(variant=variant, expected=expected) -> dict[str, Any]:
-            r = http.post(f"http://{HOST}:{agent_port}/run", json=with_script(row, f"{env}:{variant}"))
+            model.active = f"{env}:{variant}"
+            r = http.post(f"http://{HOST}:{agent_port}/run", json=row)  # the row exactly as /tasks wrote it
             assert r.status_code == 200, (r.status_code, r.text[:500])
             out = SimpleAgentVerifyResponse.model_validate(r.json())
             if "reward_components" in r.json():
@@ -355,10 +351,10 @@ def run_case(checks: Checks, http: httpx.Client, c: dict[str, Any], agent_port: 
 
     # Path 2: the environment-server protocol (SingleAgentTurnEnvironmentServer /run).
     def env_server_run() -> None:
-        scripted = with_script(row, f"{env}:right")
+        model.active = f"{env}:right"
         request = SingleAgentTurnRequest.model_validate({
             "episode_id": {"rollout_id": f"es-{env}-{time.monotonic_ns()}"},
-            "task": {"task_id": {"taskset": f"posttrain:{env}", "task_id": row["task"]["id"]}, "task_input": scripted},
+            "task": {"task_id": {"taskset": f"posttrain:{env}", "task_id": row["task"]["id"]}, "task_input": row},
         })
         r = http.post(f"http://{HOST}:{es_port}/run", json=request.model_dump(mode="json"))
         assert r.status_code == 200, (r.status_code, r.text[:500])
