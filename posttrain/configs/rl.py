@@ -29,6 +29,24 @@ class EnvSpec(StrictModel):
     """Seed of the pool; a profile must be written with the same ``--n`` and ``--seed``."""
     val_tasks: int = Field(8, ge=0)
     """Validation tasks (greedy, one sample each); 0 leaves the environment out of validation."""
+    protocol: Literal["posttrain", "gym"] = "posttrain"
+    """What serves ``url``: ``posttrain`` (``posttrain serve-env``) or ``gym`` (any NeMo Gym resource
+    server; its tasks are the rows of ``dataset``; docs/env_server.md)."""
+    dataset: str | None = None
+    """protocol gym: the NeMo Gym dataset (JSONL rows with ``responses_create_params``) to train on."""
+    val_dataset: str | None = None
+    """protocol gym: the rows validation uses (default: ``dataset``)."""
+    domain: str | None = None
+    """protocol gym: the domain the environment reports (default: ``gym``)."""
+
+    @model_validator(mode="after")
+    def _gym_fields(self) -> "EnvSpec":
+        gym_only = [f for f in ("dataset", "val_dataset", "domain") if getattr(self, f) is not None]
+        if self.protocol == "gym" and (self.url is None or self.dataset is None):
+            raise ValueError("protocol gym needs 'url' (the resource server) and 'dataset' (its JSONL rows)")
+        if self.protocol == "posttrain" and gym_only:
+            raise ValueError(f"{', '.join(gym_only)}: only for protocol gym")
+        return self
 
 
 class ReprofileConfig(StrictModel):

@@ -109,20 +109,31 @@ def tool_to_chat(tool: dict[str, Any]) -> dict[str, Any]:
     """A tool schema in chat-completions form ``{"type": "function", "function": {...}}``.
 
     Accepts the flat Responses-API form (``{"type": "function", "name": ..., "parameters": ...}``)
-    too, so tools from either API can be sent to a chat-completions server.
+    too, so tools from either API can be sent to a chat-completions server. ``strict`` is kept only
+    when true: false is the chat API's default (the Responses API's default is true, which is why
+    ``tool_to_responses`` always writes it).
     """
     if "function" in tool:
         return tool
-    fn = {k: v for k, v in tool.items() if k in ("name", "description", "parameters", "strict")}
+    fn = {k: v for k, v in tool.items() if k in ("name", "description", "parameters")}
+    if tool.get("strict"):
+        fn["strict"] = True
     return {"type": "function", "function": fn}
 
 
 def tool_to_responses(tool: dict[str, Any]) -> dict[str, Any]:
     """A tool schema in the flat Responses-API form that NeMo Gym datasets use (inverse of
-    ``tool_to_chat``)."""
-    if "function" not in tool:
-        return tool
-    return {"type": "function", **tool["function"]}
+    ``tool_to_chat``).
+
+    ``strict`` and ``parameters`` are always present: the Responses API (and NeMo Gym's
+    ``FunctionToolParam``, which rejects a tool without them) requires both. ``strict`` defaults to
+    false, the chat API's default, because our schemas are not written for strict mode (which needs
+    ``additionalProperties: false`` and every property required).
+    """
+    flat = tool if "function" not in tool else {"type": "function", **tool["function"]}
+    if "strict" in flat and "parameters" in flat:
+        return flat
+    return {**flat, "parameters": flat.get("parameters"), "strict": bool(flat.get("strict", False))}
 
 
 def assign_tool_call_ids(messages: Sequence[Message]) -> list[Message]:

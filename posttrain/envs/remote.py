@@ -30,7 +30,7 @@ from typing import Any
 import httpx
 
 from posttrain.envs.base import Environment, Episode, Message, Split, StepResult, Task, VerifyResult
-from posttrain.envs.server import INPUT_ROLES, messages_to_items
+from posttrain.envs.server import INPUT_ROLES, messages_to_items, with_item_ids
 from posttrain.engines.openai_compat import assign_tool_call_ids, request_json, tool_to_responses
 
 
@@ -42,13 +42,22 @@ def build_verify_body(task: Task, messages: list[Message]) -> dict[str, Any]:
         if full[i].get("role") in INPUT_ROLES:
             split = i + 1
             break
-    params: dict[str, Any] = {"input": messages_to_items(full[:split]), "metadata": {"task_id": task.id}}
+    params: dict[str, Any] = {"input": with_item_ids(messages_to_items(full[:split])), "metadata": {"task_id": task.id}}
     if task.tools:
         params["tools"] = [tool_to_responses(t) for t in task.tools]
     return {
         "responses_create_params": params,
-        "response": {"output": messages_to_items(full[split:])},
+        "response": response_object(with_item_ids(messages_to_items(full[split:])), params.get("tools") or []),
         "task": task.to_dict(),
+    }
+
+
+def response_object(output: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
+    """A Responses-API response around ``output`` with the fields NeMo Gym's ``NeMoGymResponse``
+    requires, so our verify body is a valid ``BaseVerifyRequest`` for any Gym resource server."""
+    return {
+        "id": "resp_posttrain", "created_at": 0.0, "model": "posttrain", "object": "response",
+        "output": output, "parallel_tool_calls": True, "tool_choice": "auto", "tools": tools,
     }
 
 
@@ -118,7 +127,7 @@ class RemoteEpisode(Episode):
         self.env = env
         seeded = env.call("POST", "/seed_session", {"task": task.to_dict()})
         self.session_id: str = seeded["resources_session_id"]
-        self.tools: list[dict[str, Any]] = seeded.get("tools") or []
+        self.tools: list[dict[str, Any]] = [tool_to_responses(t) for t in task.tools or []]
         self._closed = False
 
     def step(self, assistant_message: Message) -> StepResult:

@@ -15,15 +15,21 @@ Endpoints (field names follow NeMo Gym's ``BaseVerifyRequest`` / ``BaseVerifyRes
   passes a row's fields through seed_session and verify unchanged). Instead of the whole task a
   client may send ``responses_create_params.metadata.task_id`` (or top-level ``task_id``) for a task
   this server has already handed out.
-* ``POST /seed_session`` — starts an episode of a multi-turn environment for a task; returns
-  ``resources_session_id`` and the task's tools (Responses-API form), and sets a session cookie so a
-  NeMo Gym agent, which forwards cookies, is routed to its episode.
+* ``POST /seed_session`` — starts (or, for a live id, finds) an episode of a multi-turn environment
+  for a task; accepts our body, a NeMo Gym dataset row, or Gym's ``ResourcesSeedSessionRequest``
+  (``task_id: {taskset, task_id}``, ``task_data``); answers exactly ``{resources_session_id}`` and
+  sets a session cookie so a NeMo Gym agent, which forwards cookies, is routed to its episode. A
+  seed of a closed id is rejected (409), as Gym's session contract requires.
 * ``POST /<tool_name>`` — NeMo Gym's tool endpoint: the body is the call's arguments, the answer
-  ``{"output": <tool observation>, "done": bool}``; the session comes from the ``X-Session-Id``
-  header or the cookie. Runs as a one-call assistant turn of the session's episode.
-* ``POST /step`` and ``POST /close_session`` — our extension: one whole assistant message through
-  ``Episode.step`` (what the trainer's rollout loop does in process, including simulated-user turns
-  a per-tool endpoint cannot return), and releasing an episode.
+  the tool observation's text, verbatim (Gym feeds the body to the model), ``X-Episode-Done`` in a
+  header; the session comes from the ``X-Session-Id`` header or the cookie. Runs as a one-call
+  assistant turn of the session's episode.
+* ``POST /close_session`` (idempotent; answers exactly ``{resources_session_id}``),
+  ``POST /aggregate_metrics`` and ``GET /reverify_mode`` (``stateless``) — the rest of Gym's
+  resource-server routes.
+* ``POST /step`` — our extension: one whole assistant message through ``Episode.step`` (what the
+  trainer's rollout loop does in process, including simulated-user turns a per-tool endpoint
+  cannot return).
 * ``GET /tasks?split=&n=&seed=[&format=gym]`` and ``GET /health`` — our extension: tasks as
   ``Task`` dicts, or as NeMo Gym dataset rows with ``format=gym``.
 
@@ -42,7 +48,8 @@ endpoints above are shadowed by the endpoint.
 What the server keeps is bounded (docs/env_server.md, "Limits"): ``/tasks`` answers at most
 ``max_tasks_per_request`` tasks (page with ``offset``), and the sessions and the tasks it remembers
 are each capped by count and by total size (the JSON size of the tasks and of what the sessions'
-steps exchanged), the least recently used dropped first.
+steps exchanged), the least recently used dropped first; so is the table of closed session ids
+that makes a seed after its close a 409.
 """
 
 from __future__ import annotations
@@ -73,6 +80,7 @@ log = logging.getLogger(__name__)
 
 SESSION_COOKIE = "posttrain_session"
 SESSION_HEADER = "X-Session-Id"
+DONE_HEADER = "X-Episode-Done"
 INPUT_ROLES = ("system", "developer", "user")
 
 # Limits (docs/env_server.md, "Limits"). Sizes are the JSON size of what is kept, not Python's
@@ -100,9 +108,16 @@ def messages_to_items(messages: Sequence[Message]) -> list[dict[str, Any]]:
             if m.get("reasoning_content") is not None:
                 summary = [{"type": "summary_text", "text": m["reasoning_content"]}]
                 items.append({"type": "reasoning", "summary": summary})
-            if content or not m.get("tool_calls"):  # an empty answer is still a turn to grade
+            refusal = m.get("refusal")
+            if content or not (m.get("tool_calls") or refusal):  # an empty answer is still a turn to grade
                 text = {"type": "output_text", "text": content, "annotations": []}
                 items.append({"type": "message", "role": "assistant", "content": [text]})
+            if refusal:  # Responses-API refusal part; chat messages carry it in ``refusal``
+                parts = [{"type": "refusal", "refusal": refusal}]
+                if items and items[-1].get("type") == "message" and items[-1].get("role") == "assistant":
+                    items[-1]["content"] += parts
+                else:
+                    items.append({"type": "message", "role": "assistant", "content": parts})
             for call in m.get("tool_calls") or []:
                 fn = call.get("function", call)
                 items.append({
@@ -116,6 +131,24 @@ def messages_to_items(messages: Sequence[Message]) -> list[dict[str, Any]]:
         else:
             raise ValueError(f"message {i}: unknown role {role!r}")
     return items
+
+
+def _split_refusal(content: Any) -> tuple[Any, str | None]:
+    """``content`` without its Responses-API refusal parts, and their text (None when there are none).
+
+    A refusal is not an answer: it goes to the chat message's ``refusal`` field, which no verifier
+    reads, so a refused turn grades like an empty one (reward 0) instead of failing the request.
+    """
+    if not isinstance(content, list):
+        return content, None
+    refusals = [p for p in content if isinstance(p, dict) and p.get("type") == "refusal"]
+    if not refusals:
+        return content, None
+    for p in refusals:
+        if not isinstance(p.get("refusal"), str):
+            raise ValueError("a refusal part needs a string 'refusal'")
+    rest = [p for p in content if not (isinstance(p, dict) and p.get("type") == "refusal")]
+    return rest, "".join(p["refusal"] for p in refusals)
 
 
 def _text_of(content: Any, where: str) -> str:
@@ -178,11 +211,17 @@ def items_to_messages(items: Sequence[Any]) -> list[Message]:
                 current = new_assistant()
             current["reasoning_content"] = text
         elif kind == "message":
-            role, text = item.get("role"), _text_of(item.get("content"), where)
+            try:
+                content, refusal = _split_refusal(item.get("content"))
+            except ValueError as e:
+                raise ValueError(f"{where}: {e}") from None
+            role, text = item.get("role"), _text_of(content, where)
             if role == "assistant":
-                if current is None or current["content"] or current.get("tool_calls"):
+                if current is None or current["content"] or current.get("tool_calls") or "refusal" in current:
                     current = new_assistant()
                 current["content"] = text
+                if refusal is not None:
+                    current["refusal"] = refusal
             elif role in INPUT_ROLES:
                 current = None
                 messages.append({"role": role, "content": text})
@@ -217,10 +256,27 @@ def items_to_messages(items: Sequence[Any]) -> list[Message]:
     return messages
 
 
+def with_item_ids(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Model-written items with the ``id`` (and a message's ``status``) that NeMo Gym's output-item
+    models require; input messages (``system``/``user``) need none."""
+    out = []
+    for k, item in enumerate(items):
+        item = dict(item)
+        if item["type"] == "message" and item.get("role") == "assistant":
+            item.setdefault("id", f"msg_{k}")
+            item.setdefault("status", "completed")
+        elif item["type"] == "reasoning":
+            item.setdefault("id", f"rs_{k}")
+        elif item["type"] == "function_call":
+            item.setdefault("id", f"fc_{k}")
+        out.append(item)
+    return out
+
+
 def task_to_row(task: Task) -> dict[str, Any]:
     """A task as a NeMo Gym dataset row (``responses_create_params`` + our ``task`` field)."""
     params: dict[str, Any] = {
-        "input": messages_to_items(task.messages),
+        "input": with_item_ids(messages_to_items(task.messages)),  # earlier assistant turns need ids
         "metadata": {"task_id": task.id},
     }
     if task.tools:
@@ -274,12 +330,43 @@ class VerifyRequest(BaseModel):
     task_id: str | None = None
 
 
+class GymTaskId(BaseModel):
+    """NeMo Gym's ``TaskId``: a task within a run-qualified taskset."""
+
+    model_config = ConfigDict(extra="forbid")
+    taskset: str
+    task_id: str
+
+
 class SeedSessionRequest(BaseModel):
+    """Three shapes: ours (``task`` or a ``task_id`` string), a NeMo Gym dataset row (an agent's
+    ``/run`` forwards the row: ``responses_create_params`` plus the row's fields, ``task`` among
+    them), and NeMo Gym's ``ResourcesSeedSessionRequest`` from an Environment Server
+    (``resources_session_id``, ``episode_id``, ``task_id: {taskset, task_id}``, ``task_data``: the
+    row's fields other than ``responses_create_params``)."""
+
     model_config = ConfigDict(extra="allow")
     task: TaskBody | None = None
-    task_id: str | None = None
-    resources_session_id: str | None = None  # caller-assigned id, as in ResourcesSeedSessionRequest
+    task_id: str | GymTaskId | None = None
+    task_data: dict[str, Any] | None = None
+    resources_session_id: str | None = Field(default=None, min_length=1)  # caller-assigned id
     responses_create_params: ResponsesCreateParams | None = None
+
+    def task_body(self) -> TaskBody | None:
+        if self.task is not None:
+            return self.task
+        inner = (self.task_data or {}).get("task")
+        if inner is None:
+            return None
+        try:
+            return TaskBody.model_validate(inner)
+        except ValueError as e:
+            raise HTTPException(422, f"task_data.task: {e}") from None
+
+    def task_ids(self) -> list[str | None]:
+        metadata = (self.responses_create_params.metadata if self.responses_create_params else None) or {}
+        tid = self.task_id.task_id if isinstance(self.task_id, GymTaskId) else self.task_id
+        return [tid, metadata.get("task_id")]
 
 
 class StepRequest(BaseModel):
@@ -317,6 +404,9 @@ class _Bounded:
 
     def __len__(self) -> int:
         return len(self.items)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.items
 
     def get(self, key: str) -> Any:
         return self.items.get(key)
@@ -366,6 +456,11 @@ class _State:
         self.env = env
         self.sessions = _Bounded(max_sessions, max_session_bytes)
         self.tasks = _Bounded(max_tasks, max_task_bytes)
+        # Ids closed (or closed before they were seeded): NeMo Gym's session contract rejects a seed
+        # that arrives after its close, so a retried or racing seed cannot bring a session back.
+        # Bounded like the sessions (count and bytes of the ids): a client closing ever new ids,
+        # which close_session accepts ahead of their seed, cannot grow it without limit.
+        self.closed = _Bounded(max_sessions, max_session_bytes)
         self.lock = threading.Lock()
 
     def remember(self, tasks: Sequence[Task], sizes: Sequence[int] | None = None) -> None:
@@ -413,6 +508,7 @@ class _State:
     def close(self, sid: str) -> bool:
         with self.lock:
             s = self.sessions.pop(sid)
+            self.closed.put(sid, True, json_size(sid))
         _close_all([s] if s is not None else [])
         return s is not None
 
@@ -520,6 +616,122 @@ async def _unhandled(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": safe_text(f"internal error: {type(exc).__name__}: {exc}")}, status_code=500)
 
 
+def _session_task(state: _State, sid: str | None) -> Task | None:
+    """The task of the session ``sid`` names (NeMo Gym's verify carries the session cookie)."""
+    with state.lock:
+        s = state.sessions.get(sid) if sid else None
+    return s.task if s is not None and s.task.id else None
+
+
+def _seed(state: _State, body: SeedSessionRequest) -> str:
+    """Start (or find) the session a ``/seed_session`` names; its id.
+
+    NeMo Gym's contract (``check_resources_session_contract``): a repeated seed of a live id returns
+    that session unchanged (no second episode), and a seed of an id that was closed, or closed
+    before it was ever seeded, is rejected (409), so a late or retried seed cannot recreate it.
+    """
+    env = state.env
+    sid = body.resources_session_id
+    task_body, ids = body.task_body(), body.task_ids()
+    with state.lock:
+        if sid is not None and sid in state.closed:
+            raise HTTPException(409, f"session {sid!r} was closed; seed a new resources_session_id")
+        live = state.sessions.get(sid) if sid is not None else None
+    if live is not None:
+        named = task_body.id if task_body is not None else ids[0] if isinstance(body.task_id, str) else None
+        if named is not None and live.task.id and named != live.task.id:
+            raise HTTPException(409, f"session {sid!r} is bound to task {live.task.id!r}, not {named!r}")
+        return sid
+    gym_id_only = isinstance(body.task_id, GymTaskId) and task_body is None and ids[1] is None
+    if env.multi_turn or task_body is not None or (any(ids) and not gym_id_only):
+        task = state.resolve_task(task_body, *ids, remember=True)
+    else:  # NeMo Gym agents seed every environment, single-turn ones too; the task is not needed
+        with state.lock:
+            known = state.tasks.get(ids[0]) if ids[0] else None
+        task = known or Task(id="", domain=env.domain, messages=[])
+    try:
+        episode = env.start_episode(task) if env.multi_turn else None
+    except Exception as e:
+        raise _crash("Environment.start_episode", e) from None
+    sid = sid or uuid.uuid4().hex
+    with state.lock:
+        closed, live = sid in state.closed, sid in state.sessions
+    if closed or live:  # a concurrent seed or close of the same id won
+        if episode is not None:
+            episode.close()
+        if closed:
+            raise HTTPException(409, f"session {sid!r} was closed; seed a new resources_session_id")
+        return sid
+    state.add_session(sid, _Session(episode, task), json_size(task.to_dict()))
+    return sid
+
+
+def tool_response(out: dict[str, Any]) -> Response:
+    """What NeMo Gym's agent feeds the model for one tool call: the body, verbatim, as the
+    ``function_call_output``. So the body is the tool observation's text exactly as our own rollout
+    loop puts it in the conversation (not a JSON envelope around it); whether the episode is done
+    travels in the ``X-Episode-Done`` header. Observations that are not tool outputs (a simulated
+    user's reply) cannot reach the model through this endpoint; ``/step`` returns them."""
+    tool_obs = [o for o in out["observations"] if o.get("role") == "tool"] or out["observations"]
+    text = "\n".join(str(o.get("content") or "") for o in tool_obs)
+    return Response(
+        content=text.encode("utf-8"),
+        media_type="text/plain; charset=utf-8",
+        headers={DONE_HEADER: "true" if out["done"] else "false"},
+    )
+
+
+def gym_aggregate_metrics(verify_responses: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """NeMo Gym's ``AggregateMetrics`` for a batch of verify responses: per task (grouped by
+    ``_ng_task_index``) and overall mean / max / min / median / std of ``reward`` and of every
+    reward component, with masked samples (``mask_sample``) left out of the statistics and counted."""
+    import statistics
+
+    def stats(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        series: dict[str, list[float]] = {}
+        for r in rows:
+            values = {"reward": r.get("reward"), **(r.get("reward_components") or {})}
+            for k, v in values.items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    series.setdefault(k, []).append(float(v))
+        out: dict[str, Any] = {}
+        for k, vs in series.items():
+            out.update({
+                f"mean/{k}": statistics.fmean(vs), f"max/{k}": max(vs), f"min/{k}": min(vs),
+                f"median/{k}": statistics.median(vs), f"std/{k}": statistics.stdev(vs) if len(vs) > 1 else 0.0,
+            })
+        return out
+
+    scored = [r for r in verify_responses if not r.get("mask_sample")]
+    groups: dict[Any, list[dict[str, Any]]] = {}
+    for r in scored:
+        groups.setdefault(r.get("_ng_task_index", 0), []).append(r)
+    group_level = [
+        {"_ng_task_index": k, **stats(rows), "num_rollouts": len(rows)}
+        for k, rows in sorted(groups.items(), key=lambda kv: str(kv[0]))
+    ]
+    agent = {**stats(scored), "num_rollouts": len(verify_responses), "num_masked": len(verify_responses) - len(scored)}
+    key = {k: agent[k] for k in ("mean/reward",) if k in agent}
+    return {"group_level_metrics": group_level, "agent_metrics": agent, "key_metrics": key}
+
+
+def add_gym_routes(app: FastAPI, state: _State) -> None:
+    """NeMo Gym resource-server routes beyond the session and verify ones."""
+
+    @app.post("/aggregate_metrics")
+    def aggregate_metrics(body: dict[str, Any] = Body(...)) -> dict[str, Any]:
+        rows = body.get("verify_responses")
+        if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+            raise HTTPException(422, "verify_responses: expected a list of verify responses (objects)")
+        return gym_aggregate_metrics(rows)
+
+    @app.get("/reverify_mode")
+    def reverify_mode() -> str:
+        # Stateless: /verify needs nothing the server remembers (the task travels in the body), so
+        # NeMo Gym may re-verify stored rollouts against a fresh server.
+        return "stateless"
+
+
 def create_app(
     env: Environment,
     max_sessions: int = MAX_SESSIONS,
@@ -581,9 +793,11 @@ def create_app(
         return {"tasks": dicts, "next_offset": next_offset}
 
     @app.post("/verify")
-    def verify(body: VerifyRequest) -> dict[str, Any]:
+    def verify(body: VerifyRequest, posttrain_session: str | None = CookieParam(default=None)) -> dict[str, Any]:
         metadata = body.responses_create_params.metadata or {}
-        task = state.resolve_task(body.task, body.task_id, metadata.get("task_id"))
+        task = _session_task(state, posttrain_session) if body.task is None and not (
+            body.task_id or metadata.get("task_id")) else None
+        task = task or state.resolve_task(body.task, body.task_id, metadata.get("task_id"))
         try:
             messages = conversation_after_prompt(task, body.responses_create_params.input, body.response.output)
         except ValueError as e:
@@ -593,7 +807,7 @@ def create_app(
         except Exception as e:
             raise _crash("Environment.verify", e) from None
         return {
-            **body.model_dump(mode="json"),
+            **body.model_dump(mode="json", exclude_unset=True),  # the body as sent: no defaults added
             "reward": result.reward,
             "reward_components": result.components,
             "reason": result.reason,
@@ -601,22 +815,9 @@ def create_app(
 
     @app.post("/seed_session")
     def seed_session(body: SeedSessionRequest, response: Response) -> dict[str, Any]:
-        metadata = (body.responses_create_params.metadata if body.responses_create_params else None) or {}
-        if env.multi_turn or body.task is not None or body.task_id or metadata.get("task_id"):
-            task = state.resolve_task(body.task, body.task_id, metadata.get("task_id"), remember=True)
-        else:  # NeMo Gym agents seed every environment, single-turn ones too
-            task = Task(id="", domain=env.domain, messages=[])
-        try:
-            episode = env.start_episode(task) if env.multi_turn else None
-        except Exception as e:
-            raise _crash("Environment.start_episode", e) from None
-        sid = body.resources_session_id or uuid.uuid4().hex
-        state.add_session(sid, _Session(episode, task), json_size(task.to_dict()))
+        sid = _seed(state, body)
         response.set_cookie(SESSION_COOKIE, sid)
-        return {
-            "resources_session_id": sid,
-            "tools": [tool_to_responses(t) for t in task.tools or []],
-        }
+        return {"resources_session_id": sid}  # exactly NeMo Gym's ResourcesSeedSessionResponse
 
     @app.post("/step")
     def step(body: StepRequest) -> dict[str, Any]:
@@ -626,7 +827,10 @@ def create_app(
 
     @app.post("/close_session")
     def close_session(body: CloseSessionRequest) -> dict[str, Any]:
-        return {"resources_session_id": body.resources_session_id, "closed": state.close(body.resources_session_id)}
+        state.close(body.resources_session_id)  # idempotent; an unknown id is closed ahead of its seed
+        return {"resources_session_id": body.resources_session_id}  # NeMo Gym's ResourcesCloseSessionResponse
+
+    add_gym_routes(app, state)  # before the tool catch-all, which would shadow them
 
     @app.post("/{tool_name}")
     def call_tool(
@@ -634,16 +838,11 @@ def create_app(
         arguments: dict[str, Any] = Body(default_factory=dict),
         x_session_id: str | None = Header(default=None),
         posttrain_session: str | None = CookieParam(default=None),
-    ) -> dict[str, Any]:
+    ) -> Response:
         sid = x_session_id or posttrain_session
         call = {"type": "function", "function": {"name": tool_name, "arguments": arguments}}
         out = _step(state, sid, {"role": "assistant", "content": "", "tool_calls": [call]})
-        tool_obs = [o for o in out["observations"] if o.get("role") == "tool"] or out["observations"]
-        return {
-            "output": "\n".join(str(o.get("content") or "") for o in tool_obs),
-            "done": out["done"],
-            "observations": out["observations"],
-        }
+        return tool_response(out)
 
     return app
 

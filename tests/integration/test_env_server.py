@@ -377,7 +377,7 @@ def test_single_turn_seed_session_is_accepted_like_nemo_gym(add_server):
     row = task_to_row(env.tasks("train", 1)[0])
     with httpx.Client() as client:
         r = client.post(f"{url}/seed_session", json=row)
-        assert r.status_code == 200 and r.json()["tools"] == []
+        assert r.status_code == 200 and r.json() == {"resources_session_id": r.json()["resources_session_id"]}
         assert client.post(f"{url}/add", json={"amount": 1}).status_code == 400  # no episode to run tools in
 
 
@@ -426,13 +426,15 @@ def test_nemo_gym_style_tool_calls_with_session_cookie(counter_server):
     row = task_to_row(env.tasks("train", 1)[0])
     with httpx.Client(base_url=url) as client:  # keeps the session cookie, as a NeMo Gym agent does
         seeded = client.post("/seed_session", json=row).json()
-        assert [t["name"] for t in seeded["tools"]] == ["add", "total"]
-        assert client.post("/add", json={"amount": 4}).json()["output"] == '{"total": 4}'
-        out = client.post("/total", json={}).json()
-        assert (out["output"], out["done"]) == ('{"total": 4}', False)
-        assert client.post("/nope", json={}).json()["output"] == '{"error": "bad_call"}'
+        assert set(seeded) == {"resources_session_id"}  # exactly NeMo Gym's ResourcesSeedSessionResponse
+        assert [t["name"] for t in row["responses_create_params"]["tools"]] == ["add", "total"]
+        # The body is what NeMo Gym feeds the model: the tool observation itself (issue 18, item 6).
+        assert client.post("/add", json={"amount": 4}).text == '{"total": 4}'
+        out = client.post("/total", json={})
+        assert (out.text, out.headers["X-Episode-Done"]) == ('{"total": 4}', "false")
+        assert client.post("/nope", json={}).text == '{"error": "bad_call"}'
         closed = client.post("/close_session", json={"resources_session_id": seeded["resources_session_id"]}).json()
-        assert closed["closed"] is True
+        assert closed == {"resources_session_id": seeded["resources_session_id"]}
         assert client.post("/total", json={}).status_code == 404
         assert client.get("/health").json()["sessions"] >= 0
 
@@ -444,8 +446,8 @@ def test_sessions_are_isolated(counter_server):
     b = post(f"{url}/seed_session", json={"task": task.to_dict()}).json()
     assert a["resources_session_id"] == "a-1" and b["resources_session_id"] != "a-1"
     post(f"{url}/add", json={"amount": 3}, headers={SESSION_HEADER: "a-1"})
-    assert post(f"{url}/total", json={}, headers={SESSION_HEADER: b["resources_session_id"]}).json()["output"] == '{"total": 0}'
-    assert post(f"{url}/total", json={}, headers={SESSION_HEADER: "a-1"}).json()["output"] == '{"total": 3}'
+    assert post(f"{url}/total", json={}, headers={SESSION_HEADER: b["resources_session_id"]}).text == '{"total": 0}'
+    assert post(f"{url}/total", json={}, headers={SESSION_HEADER: "a-1"}).text == '{"total": 3}'
 
 
 # --------------------------------------------------------------------------- the real workplace env
@@ -494,7 +496,7 @@ def test_workplace_session_round_trip(workplace_server):
     local_ep.close()
     with httpx.Client(base_url=url) as client:
         client.post("/seed_session", json=task_to_row(task)).raise_for_status()
-        assert client.post(f"/{first['name']}", json=first["arguments"]).json()["output"] == local_obs
+        assert client.post(f"/{first['name']}", json=first["arguments"]).text == local_obs
 
 
 @pytest.mark.parametrize("arguments", ['{"q": ' + "[" * 3000 + "]" * 3000 + "}", '{"q": ' + "9" * 5000 + "}"])
@@ -603,3 +605,122 @@ def test_any_unhandled_error_is_a_json_500(add_server):
     r = post(f"{url}/verify", json=build_verify_body(task, [{"role": "assistant", "content": "Answer: 1"}]))
     assert r.status_code == 500 and r.headers["content-type"] == "application/json"
     assert r.json()["detail"].startswith("internal error: ")
+
+
+# --------------------------------------------------------------------------- NeMo Gym's contract (issue 18)
+# These check the wire shapes here, without NeMo Gym; tests/integration/test_gym_conformance.py runs
+# NeMo Gym's own models, SimpleAgent, environment server and session checker against the servers.
+
+
+def test_gym_rows_carry_strict_function_tools(counter_server):
+    env, url = counter_server
+    (row,) = get(f"{url}/tasks", params={"n": 1, "format": "gym"}).json()["rows"]
+    tools = row["responses_create_params"]["tools"]
+    assert [(t["type"], t["name"], t["strict"]) for t in tools] == [("function", "add", False), ("function", "total", False)]
+    assert all("parameters" in t for t in tools)
+
+
+def test_gym_aggregate_metrics_and_reverify_mode(add_server):
+    _, url = add_server
+    rows = [
+        {"_ng_task_index": 0, "_ng_rollout_index": 0, "reward": 1.0, "reward_components": {"correct": 1.0}},
+        {"_ng_task_index": 0, "_ng_rollout_index": 1, "reward": 0.0, "reward_components": {"correct": 0.0}},
+        {"_ng_task_index": 1, "_ng_rollout_index": 0, "reward": 1.0, "mask_sample": True},
+    ]
+    out = post(f"{url}/aggregate_metrics", json={"verify_responses": rows})
+    assert out.status_code == 200, out.text  # was the tool catch-all's 400
+    m = out.json()
+    assert m["agent_metrics"]["mean/reward"] == 0.5 and m["agent_metrics"]["num_masked"] == 1
+    assert m["key_metrics"] == {"mean/reward": 0.5} and m["agent_metrics"]["mean/correct"] == 0.5
+    assert [g["_ng_task_index"] for g in m["group_level_metrics"]] == [0]
+    assert post(f"{url}/aggregate_metrics", json={"verify_responses": []}).json()["agent_metrics"]["num_rollouts"] == 0
+    assert post(f"{url}/aggregate_metrics", json={"verify_responses": 3}).status_code == 422
+    assert get(f"{url}/reverify_mode").json() == "stateless"
+
+
+def test_refusal_part_scores_zero_not_422(add_server):
+    env, url = add_server
+    task = env.tasks("train", 1)[0]
+    body = build_verify_body(task, [{"role": "assistant", "content": "x"}])
+    body["response"]["output"] = [{"type": "message", "role": "assistant", "id": "msg_1", "status": "completed",
+                                   "content": [{"type": "refusal", "refusal": f"Answer: {task.ground_truth}"}]}]
+    out = post(f"{url}/verify", json=body)
+    assert out.status_code == 200, out.text
+    assert out.json()["reward"] == 0.0  # a refusal is not an answer, whatever its text says
+    (msg,) = items_to_messages(body["response"]["output"])
+    assert msg == {"role": "assistant", "content": "", "refusal": f"Answer: {task.ground_truth}"}
+    assert items_to_messages(messages_to_items([msg])) == [msg]
+
+
+def test_verify_echo_adds_no_defaults(add_server):
+    env, url = add_server
+    task = env.tasks("train", 1)[0]
+    body = build_verify_body(task, [{"role": "assistant", "content": "Answer: 0"}])
+    out = post(f"{url}/verify", json=body).json()
+    assert "tools" not in out["responses_create_params"]  # was tools: null, which Gym's list type rejects
+    assert {k: v for k, v in out.items() if k not in ("reward", "reward_components", "reason")} == body
+
+
+def test_gym_environment_server_seed_and_session_contract(counter_server):
+    env, url = counter_server
+    task = env.tasks("train", 1)[0]
+    row = task_to_row(task)
+    seed = {  # NeMo Gym's ResourcesSeedSessionRequest, as its environment server sends it
+        "resources_session_id": "gym-s1",
+        "episode_id": {"rollout_id": "r1", "attempt": 0},
+        "task_id": {"taskset": "counter:train", "task_id": "0"},
+        "task_data": {k: v for k, v in row.items() if k != "responses_create_params"},
+    }
+    with httpx.Client(base_url=url) as client:
+        first = client.post("/seed_session", json=seed)
+        assert first.status_code == 200, first.text
+        assert first.json() == {"resources_session_id": "gym-s1"} and "posttrain_session" in first.cookies
+        assert client.post("/add", json={"amount": 2}).text == '{"total": 2}'
+        again = client.post("/seed_session", json=seed)  # idempotent: the same session, not a new episode
+        assert again.json() == {"resources_session_id": "gym-s1"}
+        assert client.post("/total", json={}).text == '{"total": 2}'
+        other = {**seed, "task_data": {"task": env.tasks("train", 2)[1].to_dict()}}
+        assert client.post("/seed_session", json=other).status_code == 409  # an id is bound to its task
+        # verify finds the task in the body (task_data | {...}) or, without one, through the session cookie
+        msgs = [{"role": "assistant", "content": "", "tool_calls": [call("add", amount=task.ground_truth)]},
+                {"role": "tool", "content": "{}"}, {"role": "assistant", "content": "done"}]
+        vbody = {k: v for k, v in build_verify_body(task, msgs).items() if k != "task"}
+        vbody["responses_create_params"].pop("metadata")
+        assert client.post("/verify", json=vbody).json()["reward"] == 1.0
+        close = {"resources_session_id": "gym-s1", "episode_id": {"rollout_id": "r1", "attempt": 0}}
+        for _ in range(2):  # close is idempotent
+            assert client.post("/close_session", json=close).json() == {"resources_session_id": "gym-s1"}
+        assert client.post("/seed_session", json=seed).status_code == 409  # seed after close is rejected
+        never = {**close, "resources_session_id": "gym-never"}
+        assert client.post("/close_session", json=never).status_code == 200  # close before any seed
+        assert client.post("/seed_session", json={**seed, "resources_session_id": "gym-never"}).status_code == 409
+        bad = {**seed, "resources_session_id": "gym-s2", "task_data": {"task": {"id": 1}}}
+        assert client.post("/seed_session", json=bad).status_code == 422
+
+
+def test_closed_session_ids_are_capped_like_sessions():
+    # close_session accepts ids ahead of their seed, so the table that makes a late seed a 409 is
+    # bounded by the sessions' caps (count and bytes), the oldest id forgotten first
+    def closed(app):
+        return app.state.posttrain.closed
+
+    by_count = create_app(CounterEnv(), max_sessions=2)
+    with running_server(by_count) as url:
+        for sid in ("c1", "c2", "c3"):
+            assert post(f"{url}/close_session", json={"resources_session_id": sid}).status_code == 200
+        assert len(closed(by_count)) == 2
+        task = CounterEnv().tasks("train", 1)[0].to_dict()
+        assert post(f"{url}/seed_session", json={"resources_session_id": "c3", "task": task}).status_code == 409
+        assert post(f"{url}/seed_session", json={"resources_session_id": "c1", "task": task}).status_code == 200
+    by_bytes = create_app(CounterEnv(), max_session_bytes=10_000)
+    with running_server(by_bytes) as url:
+        for i in range(5):
+            post(f"{url}/close_session", json={"resources_session_id": f"{i}" + "x" * 4_000})
+        assert len(closed(by_bytes)) == 2 and closed(by_bytes).bytes <= 10_000
+
+
+def test_single_turn_seed_with_a_gym_task_id(add_server):
+    _, url = add_server
+    seed = {"resources_session_id": "st-1", "episode_id": {"rollout_id": "r"},
+            "task_id": {"taskset": "add:train", "task_id": "whatever"}, "task_data": {}}
+    assert post(f"{url}/seed_session", json=seed).json() == {"resources_session_id": "st-1"}

@@ -241,6 +241,24 @@ def case_unreachable_env_url(tmp, data, model_dir, monkeypatch):
     return _rl(tmp / "run", f"envs=[{{name: math, url: '{url}'}}]"), "cannot be reached"
 
 
+def _gym_rows(tmp) -> Path:
+    rows = tmp / "gym_rows.jsonl"
+    rows.write_text(json.dumps({"responses_create_params": {"input": [{"role": "user", "content": "hi"}]}}) + "\n")
+    return rows
+
+
+def case_unreachable_gym_url(tmp, data, model_dir, monkeypatch):
+    url = f"http://127.0.0.1:{_free_port()}"
+    entry = f"{{name: gym_x, url: '{url}', protocol: gym, dataset: '{_gym_rows(tmp)}', args: {{backoff_s: 0.01}}}}"
+    return _rl(tmp / "run", f"envs=[{entry}]"), "envs[0].url: the NeMo Gym resource server"
+
+
+def case_missing_gym_dataset(tmp, data, model_dir, monkeypatch):
+    url = f"http://127.0.0.1:{_free_port()}"
+    entry = f"{{name: gym_x, url: '{url}', protocol: gym, dataset: '{tmp / 'none.jsonl'}'}}"
+    return _rl(tmp / "run", f"envs=[{entry}]"), "envs[0].dataset"
+
+
 def case_read_only_run_dir(tmp, data, model_dir, monkeypatch):
     parent = tmp / "ro"
     parent.mkdir()
@@ -298,10 +316,10 @@ def case_disk_full_during_checkpoint(tmp, data, model_dir, monkeypatch):
 
 
 CASES = [case_unknown_env, case_bad_env_args, case_bad_plugin_args, case_missing_profile, case_unreachable_env_url,
-         case_read_only_run_dir, case_run_dir_under_a_file, case_directory_as_data_file,
+         case_unreachable_gym_url, case_missing_gym_dataset, case_read_only_run_dir, case_run_dir_under_a_file, case_directory_as_data_file,
          case_corrupt_model_safetensors, case_corrupt_checkpoint_on_resume, case_disk_full_during_checkpoint]
 NO_MODEL = {case_unknown_env, case_bad_env_args, case_bad_plugin_args, case_missing_profile,
-            case_unreachable_env_url, case_read_only_run_dir, case_run_dir_under_a_file, case_directory_as_data_file}
+            case_unreachable_env_url, case_unreachable_gym_url, case_missing_gym_dataset, case_read_only_run_dir, case_run_dir_under_a_file, case_directory_as_data_file}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.__name__.removeprefix("case_") for c in CASES])

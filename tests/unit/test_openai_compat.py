@@ -35,9 +35,13 @@ WEATHER_TOOL = {
 
 def test_tool_formats_round_trip():
     flat = tool_to_responses(WEATHER_TOOL)
-    assert flat == {"type": "function", "name": "get_weather", "description": "Weather", "parameters": {"type": "object"}}
+    assert flat == {"type": "function", "name": "get_weather", "description": "Weather",
+                    "parameters": {"type": "object"}, "strict": False}  # issue 18: Gym requires strict
     assert tool_to_chat(flat) == WEATHER_TOOL
     assert tool_to_chat(WEATHER_TOOL) is WEATHER_TOOL and tool_to_responses(flat) is flat
+    strict = tool_to_responses({"type": "function", "name": "f", "parameters": None, "strict": True})
+    assert tool_to_chat(strict)["function"]["strict"] is True and tool_to_responses(tool_to_chat(strict)) == strict
+    assert tool_to_responses({"type": "function", "name": "g"})["strict"] is False
 
 
 def test_assign_tool_call_ids_pairs_outputs_in_order():
