@@ -140,3 +140,24 @@ def test_sft_source_without_data_is_one_clear_error(tmp_path):
 
     with pytest.raises(UserError, match="calibration.data"):
         calibration_texts("sft", 4, [], "tiny-llama")
+
+
+def test_export_loads_in_transformers_with_compressed_tensors(tmp_path, sft_file, one_thread):
+    """Where compressed-tensors is installed (`pip install -e '.[quant]'`): its config schema accepts
+    the export, and transformers' loader computes the same logits as posttrain's simulation."""
+    ct = pytest.importorskip("compressed_tensors")
+    from transformers import AutoModelForCausalLM
+
+    from posttrain.quant.checkpoint import load_fp8
+    from posttrain.quant.run import quantize
+
+    cfg = _cfg(tmp_path, "tiny-llama", sft_file, activations="static", policy={"type": "all"})
+    quantize(cfg, evaluate_loss=False)
+    out = tmp_path / "fp8"
+    qc = json.loads((out / "config.json").read_text())["quantization_config"]
+    ct.QuantizationConfig.model_validate(qc)
+    theirs = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
+    ours = load_fp8(out)
+    ids = torch.tensor([[5, 17, 33, 101, 7, 9, 250, 3]])
+    with torch.no_grad():
+        assert torch.equal(theirs(ids, use_cache=False).logits, ours(ids, use_cache=False).logits)
