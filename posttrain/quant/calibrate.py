@@ -134,9 +134,10 @@ def collect_amax(model: Any, data: list[dict[str, torch.Tensor]], linears: list[
         for p in ("k", "v"):
             mod = model.get_submodule(f"{attn}.{p}_proj")
             handles.append(mod.register_forward_hook(lambda _m, _i, out, key=f"{attn}:{p}": track(key, out)))
+    body = getattr(model, "model", None)  # the decoder without the LM head (never quantized): ~20% less work
     try:
-        for _ in _iter_logits(model, data):
-            pass
+        for b in data:
+            (body or model)(input_ids=b["input_ids"], attention_mask=b["attention_mask"], use_cache=False)
     finally:
         for h in handles:
             h.remove()
