@@ -161,3 +161,13 @@ def test_export_loads_in_transformers_with_compressed_tensors(tmp_path, sft_file
     ids = torch.tensor([[5, 17, 33, 101, 7, 9, 250, 3]])
     with torch.no_grad():
         assert torch.equal(theirs(ids, use_cache=False).logits, ours(ids, use_cache=False).logits)
+
+
+def test_kl_of_the_reference_against_itself_is_zero(one_thread):
+    from posttrain.models.loading import load_model
+    from posttrain.quant import calibrate
+
+    loaded = load_model("tiny-nemotronh", device="cpu")
+    data = calibrate.batches(loaded.tokenizer, calibrate.generic_texts(8), 32, 4)
+    ref = calibrate.reference_logprobs(loaded.model, data)
+    assert calibrate.score(loaded.model, data, ref)["kl"] == pytest.approx(0.0, abs=1e-9)
