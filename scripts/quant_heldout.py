@@ -31,10 +31,15 @@ def main() -> int:
     ref = calibrate.reference_logprobs(loaded.model, data)
     base = calibrate.score(loaded.model, data)
     print(f"{n} held-out texts of {val}, {int(base['tokens'])} tokens; BF16 loss {base['loss']:.4f}\n")
-    print("| export | loss | Δ loss | KL(BF16‖FP8) per token |\n|---|---:|---:|---:|")
+    print("| export | loss | Δ loss | KL(BF16‖FP8) per token | ± se over batches of 8 texts |\n|---|---:|---:|---:|---:|")
     for e in exports:
-        s = calibrate.score(load_fp8(e), data, ref)
-        print(f"| {Path(e).name} | {s['loss']:.4f} | {s['loss'] - base['loss']:+.4f} | {s['kl']:.3e} |", flush=True)
+        model = load_fp8(e)
+        s = calibrate.score(model, data, ref)
+        kls = [calibrate.score(model, [b], [r])["kl"] for b, r in zip(data, ref)]
+        m = sum(kls) / len(kls)
+        se = (sum((k - m) ** 2 for k in kls) / (len(kls) - 1) / len(kls)) ** 0.5 if len(kls) > 1 else 0.0
+        print(f"| {Path(e).name} | {s['loss']:.4f} | {s['loss'] - base['loss']:+.4f} | {s['kl']:.3e} | {se:.1e} |",
+              flush=True)
     return 0
 
 
