@@ -80,8 +80,8 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str = "") -> None:
         axes[0].set_yscale("log")
     axes[1].set_xticks(list(x))
     axes[1].set_xticklabels([f"{r['layer']}:{r['kind'][:4]}" for r in ordered], rotation=90, fontsize=7)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colours.values()]
-    axes[0].legend(handles, list(colours), fontsize=7, ncol=4)
+    kinds = [k for k in colours if any(r["kind"] == k for r in ordered)]  # only the kinds this model has
+    axes[0].legend([plt.Rectangle((0, 0), 1, 1, color=colours[k]) for k in kinds], kinds, fontsize=7, ncol=4)
     axes[0].set_title(title or "per-unit FP8 sensitivity (one unit quantized at a time)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
