@@ -34,8 +34,10 @@ def main() -> int:
     print("| export | loss | Δ loss | KL(BF16‖FP8) per token | ± se over batches of 8 texts |\n|---|---:|---:|---:|---:|")
     for e in exports:
         model = load_fp8(e)
-        s = calibrate.score(model, data, ref)
-        kls = [calibrate.score(model, [b], [r])["kl"] for b, r in zip(data, ref)]
+        per = [calibrate.score(model, [b], [r]) for b, r in zip(data, ref)]
+        tokens = sum(p["tokens"] for p in per)
+        s = {k: sum(p[k] * p["tokens"] for p in per) / tokens for k in ("loss", "kl")}
+        kls = [p["kl"] for p in per]
         m = sum(kls) / len(kls)
         se = (sum((k - m) ** 2 for k in kls) / (len(kls) - 1) / len(kls)) ** 0.5 if len(kls) > 1 else 0.0
         print(f"| {Path(e).name} | {s['loss']:.4f} | {s['loss'] - base['loss']:+.4f} | {s['kl']:.3e} | {se:.1e} |",
