@@ -37,8 +37,10 @@ class PolicyConfig(StrictModel):
 
 
 class SearchConfig(StrictModel):
-    samples: int = Field(64, ge=1)
-    """Calibration texts scored per unit (the held-out split of the calibration data)."""
+    samples: int = Field(16, ge=1)
+    """Held-out texts scored per unit (drawn after the calibration ones). The BF16 model's
+    log-probs over them are kept in float32: texts × max_seq_len × vocabulary × 4 bytes (16 × 256
+    × 49152 × 4 = 0.8 GB for SmolLM2)."""
 
 
 class QuantConfig(StrictModel):

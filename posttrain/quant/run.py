@@ -54,7 +54,10 @@ def prepare(cfg: QuantConfig) -> dict[str, Any]:
                             cfg.kv_cache, units)
     c = cfg.calibration
     texts = calibrate.calibration_texts(c.source, c.samples + cfg.search.samples, c.data, cfg.model, c.seed)
-    calib_texts, search_texts = texts[:c.samples], texts[c.samples:] or texts[: cfg.search.samples]
+    calib_texts, search_texts = texts[:c.samples], texts[c.samples:]
+    if not search_texts:  # too few texts for a separate held-out set
+        search_texts = texts[: cfg.search.samples]
+        print(f"warning: only {len(texts)} calibration texts: the held-out scoring reuses {len(search_texts)} of them")
     calib = calibrate.batches(tok, calib_texts, c.max_seq_len, c.batch_size)
     held_out = calibrate.batches(tok, search_texts, c.max_seq_len, c.batch_size)
     t_load = time.perf_counter() - t0
