@@ -138,7 +138,7 @@ def robustness_text(results: list[Any], base: list[Any] | None, base_name: str =
 
 
 def write_report(out_dir: str, meta: dict[str, Any], results: list[Any], errors: dict[str, str],
-                 base: list[Any] | None) -> None:
+                 base: list[Any] | None, base_name: str = "base") -> None:
     from pathlib import Path
 
     from posttrain.eval.report import format_table, write_json
@@ -150,7 +150,7 @@ def write_report(out_dir: str, meta: dict[str, Any], results: list[Any], errors:
     sens = prompt_sensitivity(results)
     rec = recovery(base, results) if base is not None else None
     plot_report(results, d / "report.png", sens, rec)
-    text = robustness_text(results, base)
+    text = robustness_text(results, base, base_name)
     (d / "report.md").write_text(
         f"# posttrain eval: {meta['args'].get('model')}\n\n`{' '.join(meta['argv'])}`\n\n"
         + format_table(results, markdown=True) + "\n\n" + text + "\n\n![report](report.png)\n")
@@ -218,5 +218,5 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         print(f"wrote {args.out}")
     if args.report and results:
-        write_report(args.report, meta, results, errors, base)
+        write_report(args.report, meta, results, errors, base, args.against or "base")
     return 1 if errors else 0
