@@ -27,6 +27,12 @@ if [[ $what == embedded || $what == all ]]; then
       policy.ranking=$E/all-search/sensitivity.json policy.budget=30 kv_cache=on | tee $E.searched.log
   $PT quantize --model embedded --out $E/all_generic $Q activations=static policy.type=all calibration.source=generic \
       | tee $E.all_generic.log
+  # the KV cache's share: the recipe without it, all-FP8 with it
+  $PT quantize --model embedded --out $E/recipe_nokv $Q activations=static policy.type=recipe kv_cache=off
+  $PT quantize --model embedded --out $E/all_kv $Q activations=static policy.type=all kv_cache=on
+  [ -f $R/arith_val.jsonl ] || $PT make-data arithmetic --n 300 --seed 1 --split validation --out $R/arith_val.jsonl
+  python scripts/quant_heldout.py embedded $R/arith_val.jsonl 64 $E/all $E/all_generic $E/all_kv $E/recipe \
+      $E/recipe_nokv $E/searched > $R/embedded_heldout.md
   for m in bf16 all recipe searched all_generic; do
     $PT eval $ENVS --model $E/$m $EV --out $E/eval_$m.json > $E/eval_$m.log 2>&1
   done
@@ -46,8 +52,17 @@ if [[ $what == nemotronh || $what == all ]]; then
       'policy.keep_bf16=[^model\.layers\.0\.mixer$]' kv_cache=on | tee $N.recipe_fp8attn.log
   $PT quantize --model tiny-nemotronh --out $N/all_generic $QN activations=static policy.type=all \
       calibration.source=generic | tee $N.all_generic.log
+  [ -f $R/arith_val.jsonl ] || $PT make-data arithmetic --n 300 --seed 1 --split validation --out $R/arith_val.jsonl
+  python scripts/quant_heldout.py tiny-nemotronh $R/arith_val.jsonl 128 $N/all $N/all_generic $N/recipe $N/searched \
+      $N/recipe_fp8attn > $R/nemotronh_heldout.md
   cp $N/all-search/sensitivity.png docs/results/quant_sensitivity_nemotronh.png
   cp $N/all-search/sensitivity.md docs/results/quant_sensitivity_nemotronh.md
+  # prompt sensitivity + recovery + report (greedy, then greedy and sampled)
+  $PT eval --env mcq --model $E/bf16 --n 20 --wordings 3 --threads 1 --no-progress --out $E/ps_bf16.json
+  $PT eval --env mcq --model $E/recipe --n 20 --wordings 3 --threads 1 --no-progress --against $E/ps_bf16.json \
+      --out $E/ps_recipe.json --report $E/ps_report
+  $PT eval --env mcq --model $E/recipe --n 20 --wordings 3 --seeds 2 --sampled-k 2 --threads 1 --no-progress \
+      --against $E/ps_bf16.json --out $E/ps2_recipe.json --report $E/ps2_report
 fi
 
 if [[ $what == transformers || $what == all ]]; then
