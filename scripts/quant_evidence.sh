@@ -38,6 +38,12 @@ if [[ $what == embedded || $what == all ]]; then
   done
   cp $E/all-search/sensitivity.png docs/results/quant_sensitivity_embedded.png
   cp $E/all-search/sensitivity.md docs/results/quant_sensitivity_embedded.md
+  # prompt sensitivity + recovery + report (greedy, then greedy and sampled)
+  $PT eval --env mcq --model $E/bf16 --n 20 --wordings 3 --threads 1 --no-progress --out $E/ps_bf16.json
+  $PT eval --env mcq --model $E/recipe --n 20 --wordings 3 --threads 1 --no-progress --against $E/ps_bf16.json \
+      --out $E/ps_recipe.json --report $E/ps_report
+  $PT eval --env mcq --model $E/recipe --n 20 --wordings 3 --seeds 2 --sampled-k 2 --threads 1 --no-progress \
+      --against $E/ps_bf16.json --out $E/ps2_recipe.json --report $E/ps2_report
 fi
 
 if [[ $what == nemotronh || $what == all ]]; then
@@ -57,12 +63,6 @@ if [[ $what == nemotronh || $what == all ]]; then
       $N/recipe_fp8attn > $R/nemotronh_heldout.md
   cp $N/all-search/sensitivity.png docs/results/quant_sensitivity_nemotronh.png
   cp $N/all-search/sensitivity.md docs/results/quant_sensitivity_nemotronh.md
-  # prompt sensitivity + recovery + report (greedy, then greedy and sampled)
-  $PT eval --env mcq --model $E/bf16 --n 20 --wordings 3 --threads 1 --no-progress --out $E/ps_bf16.json
-  $PT eval --env mcq --model $E/recipe --n 20 --wordings 3 --threads 1 --no-progress --against $E/ps_bf16.json \
-      --out $E/ps_recipe.json --report $E/ps_report
-  $PT eval --env mcq --model $E/recipe --n 20 --wordings 3 --seeds 2 --sampled-k 2 --threads 1 --no-progress \
-      --against $E/ps_bf16.json --out $E/ps2_recipe.json --report $E/ps2_report
 fi
 
 if [[ $what == transformers || $what == all ]]; then
