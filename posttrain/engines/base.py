@@ -8,8 +8,9 @@ re-encoding the decoded text) is what makes the trainer's log-probs comparable t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, Sequence
+from typing import Any, Literal, Protocol
 
 Message = dict[str, Any]
 FinishReason = Literal["stop", "length"]
@@ -54,8 +55,11 @@ class TokenEngine:
 
     @classmethod
     def from_spec(cls, spec: str, **kwargs: Any) -> Any:
-        from posttrain.models.loading import load_model
+        from posttrain.models.loading import load_model, load_tokenizer
+        from posttrain.quant.checkpoint import is_fp8_checkpoint, load_fp8
 
+        if is_fp8_checkpoint(spec):  # a `posttrain quantize` export: FP8 simulated on the CPU
+            return cls(load_fp8(spec), load_tokenizer(spec), **kwargs)
         loaded = load_model(spec)
         return cls(loaded.model, loaded.tokenizer, **kwargs)
 

@@ -32,10 +32,11 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from posttrain.envs.base import Environment, Split
-from posttrain.eval.passk import avg_at_k, n_correct, pass_at_k
 from posttrain.engines.base import Generator, SamplingParams
+from posttrain.envs.base import Environment, Split
 from posttrain.episodes.multiturn import run_episodes
+from posttrain.eval.passk import avg_at_k, n_correct, pass_at_k
+from posttrain.eval.robust import reword
 
 
 @dataclass
@@ -76,6 +77,8 @@ class EvalResult:
     reasons: dict[str, int] = field(default_factory=dict)
     components: dict[str, float] = field(default_factory=dict)
     tasks: list[TaskResult] = field(default_factory=list)
+    wording: int = 0  # prompt wording (eval/robust.py: WORDINGS); 0 = the task's own prompt
+    task_seed: int | None = None  # the seed that drew the tasks, when it differs from ``seed``
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -131,13 +134,17 @@ def evaluate(
     max_turns: int = 50,
     success_threshold: float = 1.0,
     progress: Any = None,
+    wording: int = 0,
+    task_seed: int | None = None,
 ) -> EvalResult:
     """Roll out and grade ``k`` samples on each of ``n_tasks`` tasks (see the module docstring).
-    ``progress`` (a tqdm bar, optional) advances by one per finished rollout."""
+    ``progress`` (a tqdm bar, optional) advances by one per finished rollout. ``wording`` frames the
+    prompts differently (``robust.reword``); ``task_seed`` draws the tasks with another seed than
+    the sampling one (the same tasks under several sampling seeds)."""
     if k < 1 or n_tasks < 1:
         raise ValueError(f"need k >= 1 and n_tasks >= 1, got k={k}, n_tasks={n_tasks}")
     start = time.perf_counter()
-    tasks = env.tasks(split, n_tasks, seed)
+    tasks = [reword(t, wording) for t in env.tasks(split, n_tasks, seed if task_seed is None else task_seed)]
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, n=k,
                             seed=seed, reasoning=reasoning)
     chunk = max(1, getattr(generator, "batch_size", 16) // k)
@@ -154,4 +161,6 @@ def evaluate(
                     response_tokens=traj.response_tokens, finish_reason=traj.finish_reason, turns=traj.turns,
                 ))
             results.append(TaskResult(group[0].task.id, samples))
-    return summarize(env.name, split, params, seed, results, time.perf_counter() - start, success_threshold)
+    res = summarize(env.name, split, params, seed, results, time.perf_counter() - start, success_threshold)
+    res.wording, res.task_seed = wording, task_seed
+    return res

@@ -4,7 +4,8 @@ re-profiling calls :func:`profile_envs` on its live policy)."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 
 def profile_rows(env_name: str, tasks: Sequence[Any]) -> list[Any]:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from posttrain.eval.evaluate import EvalResult, SampleResult, TaskResult
 
@@ -16,8 +17,10 @@ def table_rows(results: Sequence[EvalResult]) -> list[tuple[str, ...]]:
     for r in results:
         samples = r.n_tasks * r.k
         truncated = r.finish_reasons.get("length", 0) / samples if samples else 0.0
+        label = r.env + (f" w{r.wording}" if getattr(r, "wording", 0) else "") + (
+            f" s{r.seed}" if getattr(r, "task_seed", None) is not None else "")
         rows.append((
-            r.env, str(r.n_tasks), str(r.k), f"{r.mean_reward:.3f}", f"{r.pass_at_1:.3f}",
+            label, str(r.n_tasks), str(r.k), f"{r.mean_reward:.3f}", f"{r.pass_at_1:.3f}",
             f"{r.pass_at_k:.3f}", f"{r.mean_response_tokens:.1f}", f"{truncated:.0%}", f"{r.seconds:.0f}",
         ))
     return rows

@@ -10,6 +10,21 @@ after each environment, so a long run that fails late keeps what it finished). A
 fails is reported on stderr and in the JSON's ``errors``, the others still run, and the exit status
 is 1.
 
+Robustness (docs/recipe.md §7, ``robust.py``):
+
+    posttrain eval --env math --env mcq --model runs/quant/fp8 --sampled-k 4 --wordings 3 --seeds 2 \
+        --against runs/eval/bf16.json --report runs/eval/fp8_report
+
+* ``--sampled-k K`` adds a sampled pass (K samples per task at ``--sample-temperature``: avg@K,
+  pass@K) to the main (greedy by default) pass, in one command;
+* ``--wordings W --seeds S``: every pass under W prompt wordings × S sampling seeds (the same tasks:
+  they are drawn with ``--seed``); prints the prompt-sensitivity table (std of the per-wording
+  means, in points);
+* ``--against BASE.json`` (an earlier ``--out`` of this command): accuracy recovery of this model
+  against that one, per environment and the median; ``--recovery A.json B.json`` does only that,
+  from two files, without evaluating;
+* ``--report DIR``: ``results.json``, ``report.md`` (all tables) and ``report.png``.
+
 Judges: environments whose constructor takes a ``judge`` (multi-turn instruction following needs
 one; long-context QA uses one for answers that are not an exact match) get ``--judge``: ``policy``
 (default) reuses the evaluated model in-process, ``none`` gives none, anything else is a
@@ -29,7 +44,7 @@ from posttrain.errors import UserError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--env", action="append", required=True, metavar="NAME",
+    p.add_argument("--env", action="append", metavar="NAME",
                    help="environment to evaluate (repeatable), or 'all' for every registered one")
     p.add_argument("--model", default="embedded", help="model spec: embedded, tiny-llama, or an HF directory")
     p.add_argument("--split", default="validation", choices=["validation", "train"])
@@ -46,12 +61,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--judge", default="policy", help="policy (default) | none | a make_judge spec")
     p.add_argument("--no-think", action="store_true", help="reasoning off (/no_think prompt)")
     p.add_argument("--out", help="write results JSON here")
+    p.add_argument("--sampled-k", type=int, default=0, metavar="K",
+                   help="also sample K rollouts per task at --sample-temperature (avg@K, pass@K)")
+    p.add_argument("--sample-temperature", type=float, default=0.7, help="for --sampled-k (default 0.7)")
+    p.add_argument("--wordings", type=int, default=1, help="prompt wordings per environment (default 1: as written)")
+    p.add_argument("--seeds", type=int, default=1, help="sampling seeds per wording (default 1)")
+    p.add_argument("--against", metavar="BASE.json", help="print the accuracy recovery against this earlier --out")
+    p.add_argument("--recovery", nargs=2, metavar=("BASE.json", "OTHER.json"),
+                   help="only compare two earlier --out files (accuracy recovery), evaluate nothing")
+    p.add_argument("--report", metavar="DIR", help="write results.json, report.md and report.png here")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def env_names(requested: list[str]) -> list[str]:
-    from posttrain.envs.base import ENVIRONMENTS
     import posttrain.envs  # noqa: F401  (registers the built-in environments)
+    from posttrain.envs.base import ENVIRONMENTS
 
     names = ENVIRONMENTS.names() if "all" in requested else list(dict.fromkeys(requested))
     unknown = [n for n in names if n not in ENVIRONMENTS]
@@ -81,18 +105,85 @@ def make_eval_judge(spec: str, policy: Any) -> Any:
     return make_judge(spec)
 
 
+def passes(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The (k, temperature, wording, seed) combinations one environment is evaluated under."""
+    modes = [(args.k, args.temperature)]
+    if args.sampled_k:
+        modes.append((args.sampled_k, args.sample_temperature))
+    out = []
+    for k, temp in modes:
+        seeds = range(args.seed, args.seed + (args.seeds if temp > 0 else 1))  # greedy: seeds change nothing
+        for w in range(args.wordings):
+            for s in seeds:
+                out.append({"k": k, "temperature": temp, "wording": w, "seed": s, "task_seed": args.seed})
+    return out
+
+
+def robustness_text(results: list[Any], base: list[Any] | None, base_name: str = "base") -> str:
+    from posttrain.eval.robust import (
+        format_recovery,
+        format_sensitivity,
+        prompt_sensitivity,
+        recovery,
+    )
+
+    parts = []
+    sens = prompt_sensitivity(results)
+    if any(row["runs"] > 1 for row in sens):  # several wordings or seeds
+        parts.append("prompt sensitivity (std of the per-wording means, points; lower = more robust):\n"
+                     + format_sensitivity(sens))
+    if base is not None:
+        parts.append("accuracy recovery:\n" + format_recovery(recovery(base, results), base_name, "this model"))
+    return "\n\n".join(parts)
+
+
+def write_report(out_dir: str, meta: dict[str, Any], results: list[Any], errors: dict[str, str],
+                 base: list[Any] | None, base_name: str = "base") -> None:
+    from pathlib import Path
+
+    from posttrain.eval.report import format_table, write_json
+    from posttrain.eval.robust import plot_report, prompt_sensitivity, recovery
+
+    d = Path(out_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    write_json(d / "results.json", meta, results, errors)
+    sens = prompt_sensitivity(results)
+    rec = recovery(base, results) if base is not None else None
+    plot_report(results, d / "report.png", sens, rec)
+    text = robustness_text(results, base, base_name)
+    (d / "report.md").write_text(
+        f"# posttrain eval: {meta['args'].get('model')}\n\n`{' '.join(meta['argv'])}`\n\n"
+        + format_table(results, markdown=True) + "\n\n" + text + "\n\n![report](report.png)\n")
+    print(f"wrote {d}/report.md, report.png, results.json")
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.n < 1 or args.k < 1:
-        raise UserError("--n and --k must be >= 1")
+    from posttrain.eval.report import load_results
+
+    if args.recovery:
+        from posttrain.eval.robust import format_recovery, recovery
+
+        a, b = (load_results(p) for p in args.recovery)
+        print(format_recovery(recovery(a, b), args.recovery[0], args.recovery[1]))
+        return 0
+    if not args.env:
+        raise UserError("--env is required (or --recovery A.json B.json to compare two results)")
+    if args.n < 1 or args.k < 1 or args.wordings < 1 or args.seeds < 1 or args.sampled_k < 0:
+        raise UserError("--n, --k, --wordings and --seeds must be >= 1 (--sampled-k >= 0)")
+    from posttrain.eval.robust import WORDINGS
+
+    if args.wordings > len(WORDINGS):
+        raise UserError(f"--wordings: at most {len(WORDINGS)} built-in wordings")
+    base = load_results(args.against) if args.against else None
     if args.k > 1 and args.temperature == 0:
         print("warning: --k > 1 with --temperature 0 draws the same greedy sample k times", file=sys.stderr)
     names = env_names(args.env)
 
     from tqdm.auto import tqdm
 
+    from posttrain.engines.hf import HFGenerator
     from posttrain.eval.evaluate import evaluate
     from posttrain.eval.report import format_table, write_json
-    from posttrain.engines.hf import HFGenerator
 
     generator = HFGenerator.from_spec(args.model, batch_size=args.batch_size, num_threads=args.threads)
     judge = make_eval_judge(args.judge, generator)
@@ -103,14 +194,17 @@ def run(args: argparse.Namespace) -> int:
     }
     results, errors = [], {}
     for name in names:
-        with tqdm(total=args.n * args.k, desc=name, unit="rollout", disable=args.no_progress) as bar:
+        todo = passes(args)
+        with tqdm(total=args.n * sum(p["k"] for p in todo), desc=name, unit="rollout", disable=args.no_progress) as bar:
             try:
                 env = build_env(name, judge)
-                results.append(evaluate(
-                    generator, env, split=args.split, n_tasks=args.n, k=args.k, temperature=args.temperature,
-                    max_new_tokens=args.max_new_tokens, seed=args.seed, top_p=args.top_p,
-                    reasoning=not args.no_think, max_turns=args.max_turns, progress=bar,
-                ))
+                for p in todo:
+                    results.append(evaluate(
+                        generator, env, split=args.split, n_tasks=args.n, k=p["k"], temperature=p["temperature"],
+                        max_new_tokens=args.max_new_tokens, seed=p["seed"], top_p=args.top_p,
+                        reasoning=not args.no_think, max_turns=args.max_turns, progress=bar,
+                        wording=p["wording"], task_seed=p["task_seed"] if p["seed"] != p["task_seed"] else None,
+                    ))
             except Exception as e:  # noqa: BLE001  one broken environment must not lose the others' results
                 errors[name] = f"{type(e).__name__}: {e}"
                 print(f"error: environment {name} failed:\n{traceback.format_exc()}", file=sys.stderr)
@@ -118,6 +212,11 @@ def run(args: argparse.Namespace) -> int:
             write_json(args.out, meta, results, errors)
     if results:
         print(format_table(results))
+        text = robustness_text(results, base, args.against or "base")
+        if text:
+            print("\n" + text)
     if args.out:
         print(f"wrote {args.out}")
+    if args.report and results:
+        write_report(args.report, meta, results, errors, base, args.against or "base")
     return 1 if errors else 0

@@ -1,0 +1,185 @@
+"""The exported checkpoint: the compressed-tensors ``float-quantized`` layout that vLLM loads.
+
+Written by hand (docs/quantization.md says why: llm-compressor cannot be installed beside our
+transformers), to the layout compressed-tensors 0.20 writes and reads:
+
+* ``config.json`` gains ``quantization_config`` = ``{"quant_method": "compressed-tensors",
+  "format": "float-quantized", "quantization_status": "compressed", "config_groups": {"group_0":
+  {"targets": ["Linear"], "weights": {num_bits 8, type float, strategy channel|tensor, symmetric,
+  dynamic false}, "input_activations": {... strategy token + dynamic true | strategy tensor +
+  dynamic false} or null}}, "ignore": [every Linear left in BF16, lm_head included],
+  "kv_cache_scheme": {... strategy tensor, dynamic false} or null}``;
+* for each FP8 Linear ``X``: ``X.weight`` (float8_e4m3fn, [out, in]), ``X.weight_scale`` (float32,
+  [out, 1] per channel or [1] per tensor), and ``X.input_scale`` (float32, [1]) for static
+  activations; for each FP8-KV attention module ``A``: ``A.k_scale`` and ``A.v_scale`` ([1]);
+* everything else in ``rest_dtype`` (bf16 by default), except fused MoE expert tensors, which are
+  stored as their dequantized FP8 values in float32 (exact, but not smaller: transformers fuses
+  the experts into one [E, out, in] tensor, which compressed-tensors' ``Linear`` target does not
+  cover; see the gaps in docs/quantization.md).
+
+``load_fp8`` reads it back into a simulated FP8 model (``simulate.FP8Linear``) without
+compressed-tensors; transformers with compressed-tensors installed reads it too.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from posttrain.errors import UserError
+from posttrain.quant.fp8 import FP8_DTYPE
+from posttrain.quant.simulate import FP8Linear, kv_hook, set_module
+
+CT_VERSION = "0.20.1"  # the compressed-tensors release whose layout this follows
+
+
+def _args(strategy: str, dynamic: bool) -> dict[str, Any]:
+    return {"num_bits": 8, "type": "float", "symmetric": True, "strategy": strategy, "dynamic": dynamic,
+            "group_size": None, "block_structure": None, "actorder": None, "observer": None if dynamic else "minmax",
+            "observer_kwargs": {}}
+
+
+def quantization_config(plan: Any, weights: str, activations: str) -> dict[str, Any]:
+    acts = None
+    if activations == "dynamic":
+        acts = _args("token", True)
+    elif activations == "static":
+        acts = _args("tensor", False)
+    return {
+        "quant_method": "compressed-tensors",
+        "format": "float-quantized",
+        "quantization_status": "compressed",
+        "config_groups": {"group_0": {"targets": ["Linear"], "weights": _args(weights, False),
+                                      "input_activations": acts, "output_activations": None,
+                                      "format": "float-quantized"}},
+        "ignore": list(plan.ignore),
+        "kv_cache_scheme": _args("tensor", False) if plan.kv else None,
+        "global_compression_ratio": None,
+        "sparsity_config": {},
+        "transform_config": {},
+        "version": CT_VERSION,
+    }
+
+
+def export(model: Any, tokenizer: Any, plan: Any, out: str | Path, weights: str, activations: str,
+           kv_scales: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None, rest_dtype: str = "bf16",
+           extra: dict[str, Any] | None = None) -> Path:
+    """Write the simulated FP8 ``model`` (after ``simulate.apply_plan``) as a compressed-tensors
+    checkpoint in ``out`` (temp dir + rename: a reader never sees half a checkpoint)."""
+    from safetensors.torch import save_file
+
+    out = Path(out)
+    rest = torch.bfloat16 if rest_dtype == "bf16" else torch.float32
+    fp8_names = set(plan.linears)
+    tensors: dict[str, torch.Tensor] = {}
+    for name, mod in model.named_modules():
+        if isinstance(mod, FP8Linear):
+            if name not in fp8_names:
+                raise ValueError(f"{name} is FP8 but not in the plan")
+            tensors[f"{name}.weight"] = mod.weight_fp8.contiguous()
+            tensors[f"{name}.weight_scale"] = mod.weight_scale.contiguous()
+            if mod.input_scale is not None:
+                tensors[f"{name}.input_scale"] = mod.input_scale.contiguous()
+            if mod.bias is not None:
+                tensors[f"{name}.bias"] = mod.bias.detach().to(rest).contiguous()
+    experts = set(plan.experts)
+    seen: dict[int, str] = {}
+    for name, t in model.state_dict().items():
+        mod_name = name.rpartition(".")[0]
+        if mod_name in fp8_names:
+            continue
+        ptr = t.data_ptr()
+        if ptr in seen and getattr(model.config, "tie_word_embeddings", False):
+            continue  # tied lm_head: stored once, as transformers does
+        seen[ptr] = name
+        keep = t if (name in experts or not t.is_floating_point()) else t.to(rest)
+        tensors[name] = keep.detach().contiguous().clone()
+    for attn, (k, v) in (kv_scales or {}).items():
+        if attn in plan.kv:
+            tensors[f"{attn}.k_scale"] = k.reshape(1).float()
+            tensors[f"{attn}.v_scale"] = v.reshape(1).float()
+    cfg = model.config.to_dict()
+    cfg["quantization_config"] = quantization_config(plan, weights, activations)
+    cfg["dtype"] = "bfloat16" if rest_dtype == "bf16" else "float32"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
+    try:
+        tokenizer.save_pretrained(tmp)
+        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        (tmp / "config.json").write_text(json.dumps(cfg, indent=2, default=str))
+        if getattr(model, "generation_config", None) is not None:
+            model.generation_config.save_pretrained(tmp)
+        (tmp / "posttrain_quant.json").write_text(json.dumps({**(extra or {}), "plan": plan.to_dict(),
+                                                              "weights": weights, "activations": activations,
+                                                              "rest_dtype": rest_dtype}, indent=1))
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def is_fp8_checkpoint(spec: str | Path) -> bool:
+    p = Path(spec).expanduser() / "config.json"
+    if not p.is_file():
+        return False
+    try:
+        q = json.loads(p.read_text()).get("quantization_config") or {}
+    except (OSError, ValueError):
+        return False
+    return q.get("quant_method") == "compressed-tensors" and q.get("format") == "float-quantized"
+
+
+def load_fp8(path: str | Path, dtype: torch.dtype = torch.float32) -> Any:
+    """The exported checkpoint as a simulated FP8 model (no compressed-tensors needed): FP8 weights
+    and scales used as stored, activations fake-quantized as the config says, K/V via hooks."""
+    from safetensors.torch import load_file
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    path = Path(path)
+    cfg_tree = json.loads((path / "config.json").read_text())
+    q = cfg_tree.get("quantization_config") or {}
+    group = next(iter(q.get("config_groups", {}).values()), {})
+    acts = group.get("input_activations")
+    activations = "none" if acts is None else ("dynamic" if acts.get("dynamic") else "static")
+    config = AutoConfig.from_pretrained(path)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    try:
+        tensors = load_file(str(path / "model.safetensors"))
+    except Exception as e:  # noqa: BLE001
+        raise UserError(f"{path}: cannot read model.safetensors ({type(e).__name__}: {e})") from None
+    with torch.device("cpu"):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    fp8 = sorted(k[: -len(".weight_scale")] for k in tensors if k.endswith(".weight_scale"))
+    kv = sorted(k[: -len(".k_scale")] for k in tensors if k.endswith(".k_scale"))
+    plain = {k: v.to(dtype) if v.is_floating_point() else v for k, v in tensors.items()
+             if k.rpartition(".")[0] not in fp8 and not k.endswith((".k_scale", ".v_scale"))}
+    missing, unexpected = model.load_state_dict(plain, strict=False)
+    if unexpected:
+        raise UserError(f"{path}: tensors the model does not have: {', '.join(unexpected[:5])}")
+    for name in fp8:
+        w = tensors[f"{name}.weight"]
+        if w.dtype != FP8_DTYPE:
+            raise UserError(f"{path}: {name}.weight is {w.dtype}, expected float8_e4m3fn")
+        bias = tensors.get(f"{name}.bias")
+        set_module(model, name, FP8Linear(w, tensors[f"{name}.weight_scale"], None if bias is None else bias.to(dtype),
+                                          activations, tensors.get(f"{name}.input_scale"), dtype))
+    if getattr(config, "tie_word_embeddings", False):
+        model.tie_weights()
+    still_missing = [m for m in missing if m.rpartition(".")[0] not in fp8 and not
+                     (getattr(config, "tie_word_embeddings", False) and m.startswith("lm_head"))]
+    if still_missing:
+        raise UserError(f"{path}: missing tensors {', '.join(still_missing[:5])}")
+    for attn in kv:
+        model.get_submodule(f"{attn}.k_proj").register_forward_hook(kv_hook(tensors[f"{attn}.k_scale"]))
+        model.get_submodule(f"{attn}.v_proj").register_forward_hook(kv_hook(tensors[f"{attn}.v_scale"]))
+    model.eval()
+    return model

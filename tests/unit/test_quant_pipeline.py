@@ -1,0 +1,173 @@
+"""Selective FP8 on tiny models: the recipe's rule, the search, export → load round trips."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from posttrain.configs.quant import QuantConfig
+
+
+@pytest.fixture(scope="module")
+def sft_file(tmp_path_factory):
+    from posttrain.data.synthetic import arithmetic_rows
+
+    path = tmp_path_factory.mktemp("sft") / "train.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in arithmetic_rows(40, seed=0)))
+    return str(path)
+
+
+def _cfg(tmp_path, model, sft_file, **kw):
+    base = {"model": model, "out": str(tmp_path / "fp8"), "threads": 1,
+            "calibration": {"data": [sft_file], "samples": 16, "max_seq_len": 64, "batch_size": 8},
+            "search": {"samples": 8}}
+    for k, v in kw.items():
+        if isinstance(v, dict):
+            base.setdefault(k, {}).update(v)
+        else:
+            base[k] = v
+    return QuantConfig.model_validate(base)
+
+
+def test_recipe_rule_on_tiny_nemotronh(one_thread):
+    from posttrain.models.loading import load_model
+    from posttrain.quant.policy import find_units, make_plan
+
+    model = load_model("tiny-nemotronh", device="cpu").model
+    units = find_units(model)
+    assert [(u.name, u.kind) for u in units] == [
+        ("model.layers.0.mixer", "mamba"), ("model.layers.1.mixer", "moe"),
+        ("model.layers.2.mixer", "attention"), ("model.layers.3.mixer", "moe")]
+    plan = make_plan(model, "recipe")
+    # attention (layer 2) and the Mamba layer feeding it (layer 0) stay BF16; both MoE layers FP8
+    assert plan.bf16_units == ["model.layers.0.mixer", "model.layers.2.mixer"]
+    assert plan.linears == [f"model.layers.{i}.mixer.shared_experts.{p}" for i in (1, 3) for p in ("up_proj", "down_proj")]
+    assert plan.experts == [f"model.layers.{i}.mixer.experts.{p}" for i in (1, 3) for p in ("up_proj", "down_proj")]
+    assert plan.kv == ["model.layers.2.mixer"]
+    # never quantized: embeddings, LM head, conv1d, routers — under any policy
+    everything = make_plan(model, "all")
+    fp8 = set(everything.linears) | set(everything.experts)
+    for name, _ in model.named_parameters():
+        if any(s in name for s in ("embeddings", "lm_head", "conv1d", "mixer.gate", "norm")):
+            assert name.rpartition(".")[0] not in fp8 and name not in fp8, name
+    assert "model.layers.0.mixer.in_proj" in everything.linears and "lm_head" in everything.ignore
+    assert everything.kv == []
+    # patterns: keep every in_proj and the attention's o_proj
+    pat = make_plan(model, "patterns", keep_bf16=[r"in_proj$", r"o_proj$"])
+    assert "model.layers.0.mixer.in_proj" in pat.ignore and "model.layers.0.mixer.out_proj" in pat.linears
+    assert "model.layers.2.mixer.o_proj" in pat.ignore and "model.layers.2.mixer.q_proj" in pat.linears
+
+
+@pytest.mark.parametrize("model,activations,weights", [("tiny-nemotronh", "static", "channel"),
+                                                        ("tiny-llama", "dynamic", "tensor")])
+def test_quantize_export_load_round_trip(tmp_path, sft_file, one_thread, model, activations, weights):
+    from safetensors import safe_open
+
+    from posttrain.quant import calibrate
+    from posttrain.quant.checkpoint import is_fp8_checkpoint, load_fp8
+    from posttrain.quant.run import prepare, quantize
+    from posttrain.quant.simulate import apply_plan
+
+    cfg = _cfg(tmp_path, model, sft_file, activations=activations, weights=weights, kv_cache="on",
+               policy={"type": "recipe"})
+    rep = quantize(cfg)
+    out = tmp_path / "fp8"
+    assert is_fp8_checkpoint(out)
+    assert rep["fp8_heldout"]["kl"] > 0
+    qc = json.loads((out / "config.json").read_text())["quantization_config"]
+    assert qc["quant_method"] == "compressed-tensors" and qc["format"] == "float-quantized"
+    g = qc["config_groups"]["group_0"]
+    assert g["targets"] == ["Linear"] and g["weights"]["strategy"] == weights and g["weights"]["type"] == "float"
+    assert g["input_activations"]["dynamic"] is (activations == "dynamic")
+    assert qc["kv_cache_scheme"]["strategy"] == "tensor" and "lm_head" in qc["ignore"]
+    with safe_open(str(out / "model.safetensors"), "pt") as f:
+        keys = set(f.keys())
+        for name in rep["plan"]["fp8_linears"]:
+            w, s = f.get_tensor(f"{name}.weight"), f.get_tensor(f"{name}.weight_scale")
+            assert w.dtype == torch.float8_e4m3fn and s.dtype == torch.float32
+            assert s.shape == ((w.shape[0], 1) if weights == "channel" else (1,))
+            assert (f"{name}.input_scale" in keys) is (activations == "static")
+        for attn in rep["plan"]["fp8_kv"]:
+            assert f.get_tensor(f"{attn}.k_scale").shape == (1,) and f"{attn}.v_scale" in keys
+        for name in rep["plan"]["ignore"]:
+            if f"{name}.weight" in keys:
+                assert f.get_tensor(f"{name}.weight").dtype == torch.bfloat16
+    # the reloaded checkpoint computes exactly what the in-process simulation computed
+    st = prepare(cfg)
+    apply_plan(st["model"], st["plan"], cfg.weights, cfg.activations, st["input_scales"], st["kv_scales"])
+    loaded = load_fp8(out)
+    ids = st["held_out"][0]
+    with torch.no_grad():
+        a = st["model"](**ids, use_cache=False).logits
+        b = loaded(**ids, use_cache=False).logits
+    assert torch.equal(a, b)
+    # and it differs from the BF16 model (the quantization did something)
+    ref = calibrate.score(st["model"], st["held_out"])
+    assert ref["loss"] == pytest.approx(rep["fp8_heldout"]["loss"], rel=1e-5)
+
+
+def test_search_ranks_units_and_feeds_the_searched_policy(tmp_path, sft_file, one_thread):
+    from posttrain.quant.run import quantize
+
+    cfg = _cfg(tmp_path, "tiny-nemotronh", sft_file, policy={"type": "all"})
+    rep = quantize(cfg, search=True)
+    rank_file = tmp_path / "fp8-search" / "sensitivity.json"
+    rows = json.loads(rank_file.read_text())["ranking"]
+    assert len(rows) == 4 and [r["rank"] for r in rows] == [1, 2, 3, 4]
+    assert all(rows[i]["kl"] >= rows[i + 1]["kl"] > 0 for i in range(3))
+    assert (tmp_path / "fp8-search" / "sensitivity.png").stat().st_size > 0
+    assert "| rank |" in (tmp_path / "fp8-search" / "sensitivity.md").read_text()
+    cfg2 = _cfg(tmp_path, "tiny-nemotronh", sft_file, out=str(tmp_path / "searched"),
+                policy={"type": "searched", "ranking": str(rank_file), "budget": 2})
+    rep2 = quantize(cfg2)
+    assert rep2["plan"]["bf16_units"] == sorted([r["unit"] for r in rows[:2]], key=lambda u: int(u.split(".")[2]))
+    # keeping the two most sensitive units in BF16 cannot be worse (on KL) than all-FP8... on these data
+    assert rep2["fp8_heldout"]["kl"] < rep["fp8_heldout"]["kl"]
+
+
+def test_generic_calibration_texts_are_deterministic():
+    from posttrain.quant.calibrate import generic_texts
+
+    a, b = generic_texts(50, seed=1), generic_texts(50, seed=1)
+    assert a == b and len(a) == 50 and all(len(t) >= 200 for t in a)
+
+
+def test_sft_source_without_data_is_one_clear_error(tmp_path):
+    from posttrain.errors import UserError
+    from posttrain.quant.calibrate import calibration_texts
+
+    with pytest.raises(UserError, match="calibration.data"):
+        calibration_texts("sft", 4, [], "tiny-llama")
+
+
+def test_export_loads_in_transformers_with_compressed_tensors(tmp_path, sft_file, one_thread):
+    """Where compressed-tensors is installed (`pip install -e '.[quant]'`): its config schema accepts
+    the export, and transformers' loader computes the same logits as posttrain's simulation."""
+    ct = pytest.importorskip("compressed_tensors")
+    from transformers import AutoModelForCausalLM
+
+    from posttrain.quant.checkpoint import load_fp8
+    from posttrain.quant.run import quantize
+
+    cfg = _cfg(tmp_path, "tiny-llama", sft_file, activations="static", policy={"type": "all"})
+    quantize(cfg, evaluate_loss=False)
+    out = tmp_path / "fp8"
+    qc = json.loads((out / "config.json").read_text())["quantization_config"]
+    ct.QuantizationConfig.model_validate(qc)
+    theirs = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
+    ours = load_fp8(out)
+    ids = torch.tensor([[5, 17, 33, 101, 7, 9, 250, 3]])
+    with torch.no_grad():
+        assert torch.equal(theirs(ids, use_cache=False).logits, ours(ids, use_cache=False).logits)
+
+
+def test_kl_of_the_reference_against_itself_is_zero(one_thread):
+    from posttrain.models.loading import load_model
+    from posttrain.quant import calibrate
+
+    loaded = load_model("tiny-nemotronh", device="cpu")
+    data = calibrate.batches(loaded.tokenizer, calibrate.generic_texts(8), 32, 4)
+    ref = calibrate.reference_logprobs(loaded.model, data)
+    assert calibrate.score(loaded.model, data, ref)["kl"] == pytest.approx(0.0, abs=1e-9)
