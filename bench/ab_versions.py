@@ -35,6 +35,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from results_row import append_row  # bench/results_row.py (sys.path[0] is bench/ when run)
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "ab_versions.jsonl"
 
@@ -121,11 +123,9 @@ def main() -> int:
         print(f"{v:6s}" + "".join(f"{summary[v][k][0]:12.1f} ± {summary[v][k][1]:5.1f}" for k in keys))
     rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                          text=True).stdout.strip()
-    RESULTS.parent.mkdir(exist_ok=True)
-    with open(RESULTS, "a") as f:
-        f.write(json.dumps({"time": datetime.now(timezone.utc).isoformat(), "old": args.old, "new": rev + "+worktree",
+    append_row(RESULTS, {"time": datetime.now(timezone.utc).isoformat(), "old": args.old, "new": rev + "+worktree",
                             "figures": figures, "load": load, "machine": platform.processor() or platform.machine(),
-                            "cores": os.cpu_count(), "args": vars(args), "time_s": time.time()}) + "\n")
+                            "cores": os.cpu_count(), "args": vars(args), "time_s": time.time()})
     ratio = {k: summary["new"][k][0] / summary["old"][k][0] for k in keys}
     print(f"RESULT ab_grpo: {ratio['grpo']:.3f} new/old s-per-step (posttrain GRPO step, wall; CPU-time ratio "
           f"{ratio['grpo_cpu']:.3f}; {args.old} vs this tree)")

@@ -42,6 +42,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from results_row import append_row  # bench/results_row.py (sys.path[0] is bench/ when run)
+
 RESULTS = Path(__file__).resolve().parent / "results" / "grpo_vs_trl.jsonl"
 PROMPTS, GROUP, MAX_NEW, LR = 8, 4, 48, 1e-6
 
@@ -145,9 +147,7 @@ def main() -> None:
     }
     if args.model != "embedded":
         return  # smoke tests are not results
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    with open(RESULTS, "a") as f:
-        f.write(json.dumps(row) + "\n")
+    append_row(RESULTS, row)
     print(f"appended to {RESULTS}")
 
 

@@ -15,12 +15,13 @@ line and appends a JSON row to bench/results/quantize.jsonl.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from results_row import append_row  # bench/results_row.py (sys.path[0] is bench/ when run)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -74,10 +75,8 @@ def main() -> int:
         print(f"{name:18s} {r['fp8_linears']:7d} {r['seconds_load']:7.1f} {r['seconds_calibrate']:8.1f} "
               f"{r['seconds_export']:9.1f} {r['checkpoint_bytes'] / mib:13.1f} {r['bf16_bytes'] / mib:9.1f} "
               f"{r['checkpoint_bytes'] / r['bf16_bytes']:6.3f}")
-    RESULTS.parent.mkdir(exist_ok=True)
-    with open(RESULTS, "a") as f:
-        f.write(json.dumps({"time": time.time(), "model": args.model, "samples": args.samples, "seq": args.seq,
-                            "threads": args.threads, "results": rows}) + "\n")
+    append_row(RESULTS, {"time": time.time(), "model": args.model, "samples": args.samples, "seq": args.seq,
+                            "threads": args.threads, "results": rows})
     st = rows["all/static"]
     print(f"RESULT quantize_embedded: {st['seconds_calibrate'] + st['seconds_export']:.1f} s "
           f"(calibrate {args.samples} texts + export, all linears FP8 static; checkpoint "

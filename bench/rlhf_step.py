@@ -21,7 +21,6 @@ Run: ``python bench/rlhf_step.py [--model embedded] [--steps 2] [--threads 1]``;
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import tempfile
@@ -29,6 +28,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+from results_row import append_row  # bench/results_row.py (sys.path[0] is bench/ when run)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "rlhf_step.jsonl"
 
@@ -103,9 +104,7 @@ def main() -> None:
           f"({modes['batched']['comparisons_per_step']:.0f} comparisons a step); load average "
           f"{load_before:.1f} -> {record['load_avg_after']:.1f}, {record['threads']} threads")
     if not args.no_save:
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        with RESULTS.open("a") as f:
-            f.write(json.dumps(record) + "\n")
+        append_row(RESULTS, record)
 
 
 if __name__ == "__main__":

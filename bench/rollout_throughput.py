@@ -17,13 +17,14 @@ bench/results/rollout_throughput.jsonl. Run: ``python bench/rollout_throughput.p
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+from results_row import append_row  # bench/results_row.py (sys.path[0] is bench/ when run)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "rollout_throughput.jsonl"
 
@@ -117,9 +118,7 @@ def main() -> None:
         "tokens": tokens, "ratio": round(ratio, 3),
     }
     if not args.no_save:
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        with RESULTS.open("a") as f:
-            f.write(json.dumps(record) + "\n")
+        append_row(RESULTS, record)
 
 
 if __name__ == "__main__":

@@ -20,13 +20,14 @@ Appends one JSON line to bench/results/sft_throughput.jsonl.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 from pathlib import Path
 
 import torch
+
+from results_row import append_row  # bench/results_row.py (sys.path[0] is bench/ when run)
 
 
 def matmul_peak(dtype: torch.dtype, n: int = 1536, budget_s: float = 3.0) -> float:
@@ -135,10 +136,8 @@ def main() -> int:
     print(f"posttrain / anchor: {speedup:.2f}×")
     if not args.no_save:
         out = Path(__file__).parent / "results" / "sft_throughput.jsonl"
-        out.parent.mkdir(exist_ok=True)
-        with open(out, "a") as f:
-            f.write(json.dumps({"time": time.time(), "model": args.model, "peaks": peaks, "precision": precision,
-                                "results": results, "speedup": speedup, "args": vars(args)}) + "\n")
+        append_row(out, {"time": time.time(), "model": args.model, "peaks": peaks, "precision": precision,
+                                "results": results, "speedup": speedup, "args": vars(args)})
     return 0
 
 

@@ -24,7 +24,6 @@ The machine may be shared: the load average before and after is recorded with th
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import tempfile
@@ -32,6 +31,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+from results_row import append_row  # bench/results_row.py (sys.path[0] is bench/ when run)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "teacher_scoring.jsonl"
 
@@ -100,9 +101,7 @@ def main() -> None:
           f"= {record['update_tokens_per_s']} tokens/s)")
     print(f"load average {load_before:.1f} -> {load_after:.1f}, {record['threads']} threads")
     if not args.no_save:
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        with RESULTS.open("a") as f:
-            f.write(json.dumps(record) + "\n")
+        append_row(RESULTS, record)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,6 @@ Add another environment with ``@case("name", unit="verification")`` on a class w
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -39,6 +38,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
+
+from results_row import append_row  # bench/results_row.py (sys.path[0] is bench/ when run)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "verify_throughput.jsonl"
 
@@ -373,9 +374,7 @@ def main() -> None:
         "rows": [asdict(r) for r in rows], "ratios": found,
     }
     if not args.no_save:
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        with RESULTS.open("a") as f:
-            f.write(json.dumps(record) + "\n")
+        append_row(RESULTS, record)
         print(f"appended to {RESULTS}")
 
 

@@ -29,6 +29,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from results_row import append_row  # bench/results_row.py (sys.path[0] is bench/ when run)
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "vllm_vs_hf.jsonl"
 VENV_PY = ROOT / ".venv-vllm" / "bin" / "python"
@@ -152,9 +154,7 @@ def main() -> None:
         "tokens": {k: {str(b): v for b, v in r.items()} for k, r in tokens.items()}, **info,
     }
     if not args.no_save:
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        with RESULTS.open("a") as f:
-            f.write(json.dumps(record) + "\n")
+        append_row(RESULTS, record)
 
 
 if __name__ == "__main__":
