@@ -15,6 +15,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "--n, --k and the config's model)")
     p.add_argument("--eval", metavar="MODEL", help="measure MODEL (spec, HF directory or http:// endpoint) as a judge "
                    "on the config's held-out pairs instead of training: agreement, format errors, position bias")
+    p.add_argument("--warmstart", metavar="OUT.jsonl", help="write SFT rows that teach the verdict format (train "
+                   "pairs only) instead of training; then `posttrain sft data.train=OUT.jsonl` and start GRPO from it")
+    p.add_argument("--verdicts", choices=("random", "truth"), default="random", help="with --warmstart: random "
+                   "verdicts teach the format only (no preference, no position information); truth = supervised")
     p.add_argument("--out", help="with --eval: write the figures (JSON) here and the per-task replies beside it")
     p.add_argument("--envs", default="math", help="with --mine: comma-separated verifiable environments")
     p.add_argument("--n", type=int, default=32, help="with --mine: tasks per environment")
@@ -33,6 +37,22 @@ def mine(args: argparse.Namespace, cfg: object) -> int:
         pairs += mine_pairs(gen, env, env.tasks("train", args.n), args.k, cfg.rollout.max_new_tokens)  # type: ignore[attr-defined]
     write_pairs(pairs, args.mine)
     print(f"[genrm] {len(pairs)} pairs from {args.n} tasks per environment ({args.envs}): {args.mine}")
+    return 0
+
+
+def warmstart(args: argparse.Namespace, cfg: object) -> int:
+    import json
+    from pathlib import Path
+
+    from posttrain.envs.build import build_envs
+    from posttrain.envs.genrm.env import warmstart_conversations
+
+    spec = cfg.envs[0]  # type: ignore[attr-defined]
+    rows = warmstart_conversations(build_envs([spec])["genrm"], args.verdicts, spec.train_tasks or None)
+    out = Path(args.warmstart)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    print(f"[genrm] {len(rows)} warm-start rows ({args.verdicts} verdicts, train pairs only): {out}")
     return 0
 
 
@@ -67,6 +87,8 @@ def run(args: argparse.Namespace) -> int:
         return mine(args, cfg)
     if args.eval:
         return evaluate(args, cfg)
+    if args.warmstart:
+        return warmstart(args, cfg)
     res = train_genrm(cfg, progress=not args.no_progress)
     last, nan = res.last, float("nan")
     print(f"[genrm] {res.steps} steps in {res.seconds:.0f}s; last batch reward {last.get('reward', nan):.3f} "

@@ -325,3 +325,29 @@ def test_genrm_env_weights_are_settable(tmp_path):
     res = env.verify(given, [{"role": "assistant", "content": format_judgement(J(4, 2, 3))}])
     assert res.components["R"] == -2.0 and res.reward == pytest.approx(1 - 2 / (10 + 8 + 10))
     assert env.verify(given, [{"role": "assistant", "content": ""}]).components["R"] == -28
+
+
+def test_warmstart_rows_teach_the_format_only_and_never_show_held_out_pairs(tmp_path):
+    from collections import Counter
+
+    from posttrain.envs.genrm.env import warmstart_conversations
+
+    env = GenRMEnv(pairs=str(_pairs_file(tmp_path)), val_frac=0.3)
+    val_prompts = {json.dumps(t.messages) for t in env.tasks("validation")}
+    rows = warmstart_conversations(env, "random", seed=0)
+    assert len(rows) == len(env.tasks("train"))
+    verdicts = []
+    for row, task in zip(rows, env.tasks("train")):
+        *prompt, reply = row["messages"]
+        assert json.dumps(prompt) not in val_prompts and prompt == task.messages
+        j = parse_judgement(reply["content"])
+        assert isinstance(j, Judgement), reply["content"]  # every row is in the strict format
+        assert (j.h1 > j.h2 and j.rank <= 3) or (j.h1 < j.h2 and j.rank >= 4) or (j.h1 == j.h2 and j.rank in (3, 4))
+        assert reply["content"].startswith("Response 1 says: ")
+        verdicts.append(j.rank <= 3)
+    # random verdicts: no side is favoured (position information would leak through a skew)
+    assert 0.25 < Counter(verdicts)[True] / len(verdicts) < 0.75
+    truth = warmstart_conversations(env, "truth")
+    for row, task in zip(truth, env.tasks("train")):
+        j = parse_judgement(row["messages"][-1]["content"])
+        assert (j.h1, j.h2, j.rank) == (task.ground_truth["h1"], task.ground_truth["h2"], task.ground_truth["rank"])

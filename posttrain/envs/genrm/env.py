@@ -22,10 +22,13 @@ pairs to add, default 0; with no ``pairs`` file at all, 64), ``val_frac`` (0.2),
 from __future__ import annotations
 
 import hashlib
+import random
+from typing import Any, Literal
 
 from posttrain.algos.genrm import C1, C2, Judgement, genrm_reward, genrm_reward_unit, swap_truth
 from posttrain.envs.base import ENVIRONMENTS, Environment, Message, Split, Task, VerifyResult
-from posttrain.envs.genrm.format import ParseFailure, build_genrm_prompt, parse_judgement, split_prompt
+from posttrain.envs.genrm.format import (ParseFailure, build_genrm_prompt, format_judgement, parse_judgement,
+                                         response_text, split_prompt)
 from posttrain.envs.genrm.pairs import PreferencePair, math_rule_pairs, read_pairs
 
 
@@ -97,6 +100,42 @@ class GenRMEnv(Environment):
     def verify(self, task: Task, messages: list[Message]) -> VerifyResult:
         gt = task.ground_truth
         return score_judgement(_final_text(messages), Judgement(gt["h1"], gt["h2"], gt["rank"]), self.c1, self.c2)
+
+
+def warmstart_conversations(env: GenRMEnv, verdicts: Literal["random", "truth"] = "random", n: int | None = None,
+                            seed: int = 0) -> list[dict[str, Any]]:
+    """SFT rows that teach the judge the *format* before GRPO (``posttrain genrm --warmstart``).
+
+    Why: a small model never writes the three verdict lines unprompted (the embedded 135M model:
+    32 of 32 held-out judgements were format errors), so every GRPO group scores −23 throughout
+    and has no advantage to learn from. Each row is a train task's prompt plus a reply in the
+    strict format: a one-line reasoning that restates the two final answers, then the verdict.
+    ``verdicts="random"`` draws the verdict uniformly (h1, h2 in 1–5, a ranking on the side the
+    scores imply, 3 or 4 on ties), so the rows carry no preference and no position information:
+    what the judge then gets right is GRPO's doing. ``"truth"`` writes the ground truth instead
+    (plain supervised GenRM training, for comparison). Train split only: held-out pairs never
+    appear."""
+    rng = random.Random(seed)
+    rows = []
+    for task in env.tasks("train", n):
+        user = task.messages[-1]["content"]
+        body = user.split("\n\nCompare the two responses")[0]
+        answers = [part.split("\n", 1)[1].strip() if "\n" in part else ""
+                   for part in body.split("## Response ")[1:3]]
+        short = [response_text(a)[:80].replace("\n", " ") for a in answers] + ["", ""]
+        reasoning = f"Response 1 says: {short[0]} Response 2 says: {short[1]}"
+        if verdicts == "truth":
+            gt = task.ground_truth
+            j = Judgement(gt["h1"], gt["h2"], gt["rank"])
+        else:
+            h1, h2 = rng.randint(1, 5), rng.randint(1, 5)
+            d = h1 - h2
+            rank = (1 if d >= 3 else 2 if d == 2 else 3 if d == 1 else 4 if d == -1 else 5 if d == -2
+                    else 6 if d <= -3 else rng.choice((3, 4)))
+            j = Judgement(h1, h2, rank)
+        rows.append({"messages": [*task.messages, {"role": "assistant", "content": format_judgement(j, reasoning)}],
+                     "id": task.id})
+    return rows
 
 
 if GenRMEnv.name not in ENVIRONMENTS:
