@@ -135,16 +135,25 @@ class HFGenerator(TokenEngine):
         batch_size: int = 16,
         max_prefill_tokens: int = 8192,
         num_threads: int | None = None,
+        dtype: str = "fp32",
     ) -> None:
         """``batch_size`` bounds the rows (prompt × sample) decoded together; the ``n`` samples of
         one prompt always share a batch. ``max_prefill_tokens`` bounds rows × padded prompt length
         of one prefill (memory of long-context prompts). ``num_threads`` sets torch's (process-wide)
-        thread count; left alone, torch uses one thread per core."""
+        thread count; left alone, torch uses one thread per core. ``dtype="bf16"`` decodes from a
+        bf16 copy of an fp32 model (``update_weights`` refreshes it); ``fp32`` samples from the live
+        module itself."""
         import torch
 
         if batch_size < 1 or max_prefill_tokens < 1:
             raise ValueError("batch_size and max_prefill_tokens must be >= 1")
-        self.model = model.eval()
+        if dtype not in ("fp32", "bf16"):
+            raise ValueError(f"dtype must be fp32 or bf16, got {dtype!r}")
+        self.model = model.eval()  # what decodes: the live module, or its bf16 copy
+        if dtype == "bf16" and next(model.parameters()).dtype != torch.bfloat16:
+            import copy
+
+            self.model = copy.deepcopy(model).to(torch.bfloat16).eval()
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.max_prefill_tokens = max_prefill_tokens
@@ -158,6 +167,17 @@ class HFGenerator(TokenEngine):
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.stop_ids)
         # transformers 5 renamed the forward's ``past_key_values`` to ``cache`` (the old name warns)
         self.cache_kwarg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+    def update_weights(self, model: Any) -> None:
+        """After an optimizer step: refresh a bf16 sampling copy (nothing to do when sampling from
+        the live module)."""
+        import torch
+
+        if self.model is model:
+            return
+        with torch.no_grad():
+            for dst, src in zip(self.model.parameters(), model.parameters()):
+                dst.copy_(src)
 
     # from_spec, render_prompt and generate: TokenEngine (engines/base.py)
 
