@@ -88,6 +88,8 @@ def main() -> None:
                 if hog:
                     time.sleep(0.5)  # let it start multiplying
                 rates[c].append(run_one(threads, policy, args.batch, args.tokens)["tokens_per_s"])
+                print(f"  threads {threads}, OMP_WAIT_POLICY {policy or 'default'}, "
+                      f"{'competing load' if load else 'no extra load'}: {rates[c][-1]:.1f} tokens/s", flush=True)
             finally:
                 if hog:
                     hog.terminate()

@@ -63,6 +63,10 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "torch" not in sys.modules:  # OpenMP reads these once, when torch starts (models/threads.py)
+        from posttrain.models.threads import set_thread_defaults
+
+        set_thread_defaults()
     parser, subparsers = build_parser()
     # Parse the command name first; only then import that command's module for its options.
     first = next((a for a in argv if not a.startswith("-")), None)
