@@ -18,7 +18,8 @@ The loop (``_generate_group``), per batch of prompts:
 ``reorder_cache`` is the cache operation every layer type implements (attention KV and the Mamba
 conv/SSM states of the hybrid NemotronH), which is why one loop serves both architectures.
 
-Why not ``model.generate``: measured with ``bench/rollout_throughput.py`` (embedded 135M model,
+Why not ``model.generate``: measured with ``bench/rollout_throughput.py`` as of 27d0940d (its row of
+2026-11-29 in bench/results/rollout_throughput.jsonl; embedded 135M model,
 fp32, 8 prompts × 4 samples, 48 new tokens, temperature 1, 3 interleaved rounds, 1 thread):
 this loop 91.8 generated tokens/s, ``model.generate(output_logits=True)`` + log-softmax
 73.1 tokens/s (1.26×). Most rows of that workload run to the 48-token limit, so the gain there is
@@ -27,11 +28,16 @@ gives raw logits that still need turning into the sampler's log-probs, and its r
 depends on the batch layout. Nearly all the time is the model's matmuls (~75%); sampling over the
 49k vocabulary is ~5%.
 
-Threads: torch uses one thread per core by default (2 here). On a machine whose cores are busy
-with other processes, OpenMP threads waiting for each other made decoding up to ~10× *slower* than
-one thread (one-round runs of the same bench, minutes apart: 6.4 tokens/s with 2 threads, 67.7
-with 1), so ``num_threads`` is a constructor argument (``--threads`` on the command line) rather
-than a fixed choice.
+Threads: on a machine whose cores are busy with other processes, OpenMP threads waiting for each
+other made decoding up to ~10x *slower* than one thread (bench/threads.py), so the CLI starts torch
+with one thread per idle core and ``OMP_WAIT_POLICY=PASSIVE`` (``models/threads.py``);
+``num_threads`` (``--threads``) sets an exact count.
+
+Precision: the engine samples from the live fp32 module by default. ``dtype="bf16"`` (config
+``rollout.engine: {type: hf, dtype: bf16}``) decodes from a bf16 copy, refreshed by
+``update_weights`` after every optimizer step: fewer bytes per decode step and bf16 matmuls, at the
+price of sampled log-probs that differ from the fp32 trainer's (bench/rollout_throughput.py prints
+both the speed and the log-prob error; ``models/precision.py`` why it is not the default).
 
 What comes back, per completion:
 
