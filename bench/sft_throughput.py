@@ -13,7 +13,10 @@ Trainers (same batches, same initial weights, same optimizer):
 * ``anchor``: plain HF fine-tuning — padded batch, full logits, fp32, ``model(**batch, labels=...)``;
 * ``posttrain fp32``: the SFT stage's step (packing, logits only at trained positions) in fp32;
 * ``posttrain auto``: the same step in the precision ``precision: auto`` picks for SFT from this
-  run's peaks (``models/precision.py``; bf16 autocast where bf16 is >= 1.3x faster).
+  run's peaks (``models/precision.py``; bf16 autocast where bf16 is >= 1.3x faster), with the
+  attention the training loop then uses (eager in bf16 on the CPU: ``attention_for``);
+* ``posttrain bf16, sdpa`` (only when auto is bf16): bf16 with torch's sdpa attention, the lever's
+  other side.
 
 ``--profile`` adds a torch.profiler pass over one ``posttrain auto`` step and prints where its time
 goes: matmuls of the transformer layers, the LM head's matmuls (those with a vocabulary-sized
@@ -174,11 +177,24 @@ def main() -> int:
     n_params = sum(p.numel() for p in model.parameters())
     pad_id = tok.pad_token_id or 0
     batches = [make_examples(tok, args.batch, seed=s) for s in range(args.steps + 1)]
+    def with_attention(impl, fn):  # the stage's attention choice (models/precision.py: attention_for)
+        def step(ex):
+            model.set_attn_implementation(impl)
+            try:
+                return fn(ex)
+            finally:
+                model.set_attn_implementation("sdpa")
+        return step
+
+    auto_attention = "eager" if precision == "bf16" else "sdpa"  # what train/loop.py picks on the CPU
     trainers = {
         "anchor": lambda ex: anchor_step(model, opt, ex, pad_id),
         "posttrain fp32": lambda ex: posttrain_step(model, opt, ex, pad_id, args.seq, "fp32"),
-        f"posttrain auto ({precision})": lambda ex: posttrain_step(model, opt, ex, pad_id, args.seq, precision),
     }
+    if precision == "bf16":  # the attention lever, measured: bf16 with torch's sdpa kernel
+        trainers["posttrain bf16, sdpa"] = lambda ex: posttrain_step(model, opt, ex, pad_id, args.seq, "bf16")
+    trainers[f"posttrain auto ({precision})"] = with_attention(
+        auto_attention, lambda ex: posttrain_step(model, opt, ex, pad_id, args.seq, precision))
     results = {}
     init = {k: v.clone() for k, v in model.state_dict().items()}
     for name, step in trainers.items():
@@ -202,8 +218,10 @@ def main() -> int:
     if args.profile:
         model.load_state_dict(init)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-5, betas=(0.9, 0.95), weight_decay=0.1)
+        model.set_attn_implementation(auto_attention)
         posttrain_step(model, opt, batches[0], pad_id, args.seq, precision)
         prof = profile_step(model, opt, batches[1], pad_id, args.seq, precision, model.config.vocab_size)
+        model.set_attn_implementation("sdpa")
     load_after = os.getloadavg()[0]
 
     print(f"machine: {os.cpu_count()} cores, {torch.get_num_threads()} threads, torch {torch.__version__}, CPU "
@@ -218,7 +236,7 @@ def main() -> int:
               f"{100 * r['frac_fp32_peak']:8.1f}% {100 * r['frac_bf16_peak']:8.1f}%")
     auto = results[f"posttrain auto ({precision})"]
     speedup = auto["tokens_per_s"] / results["anchor"]["tokens_per_s"]
-    print(f"posttrain auto / anchor: {speedup:.2f}×; posttrain auto / posttrain fp32: "
+    print(f"posttrain auto ({precision}, {auto_attention} attention) / anchor: {speedup:.2f}×; / posttrain fp32: "
           f"{auto['tokens_per_s'] / results['posttrain fp32']['tokens_per_s']:.2f}×")
     if prof:
         print(f"where one posttrain auto step's {prof['total step']:.1f} s go:")
@@ -231,7 +249,7 @@ def main() -> int:
                                 capture_output=True, text=True).stdout.strip()
         append_row(out, {"time": time.time(), "model": args.model, "peaks": peaks, "precision": precision,
                          "best_peak": best, "results": results, "speedup": speedup, "profile": prof,
-                         "args": vars(args), "commit": commit,
+                         "args": vars(args), "commit": commit, "auto_attention": auto_attention,
                          "machine": {"cores": os.cpu_count(), "threads": torch.get_num_threads(),
                                      "capability": torch.backends.cpu.get_cpu_capability(),
                                      "load_before": load_before, "load_after": load_after}})

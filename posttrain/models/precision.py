@@ -201,3 +201,21 @@ def resolve(precision: str, stage: Stage, device: str = "cpu") -> Decision:
         ok = torch.cuda.is_bf16_supported() and BF16_SAFE[stage]
         return Decision("bf16" if ok else "fp32", stage, "CUDA" + ("" if ok else ": fp32 for this stage"))
     return decide(machine_probe(), stage)
+
+
+def attention_for(model: object, precision: str, device: str) -> str | None:
+    """Switch a CPU model that trains in bf16 from sdpa to eager attention; returns the new setting.
+
+    Measured (docs/benchmarks.md, "SFT attention"): over a packed 512-token row, torch's CPU
+    flash-attention kernel under the block-diagonal mask is slower in bf16 than eager attention's
+    bf16 matmuls (fwd+bwd of one row 4.5 s vs 5.9 s on one loaded core; in fp32 they tie, so fp32
+    keeps sdpa). Hybrid (Mamba) models are left alone. The setting is not saved in checkpoints.
+    """
+    from posttrain.models.facts import is_hybrid
+
+    config = getattr(model, "config", None)
+    if (precision != "bf16" or device != "cpu" or is_hybrid(model)
+            or getattr(config, "_attn_implementation", None) != "sdpa" or not hasattr(model, "set_attn_implementation")):
+        return None
+    model.set_attn_implementation("eager")  # type: ignore[attr-defined]
+    return "eager"

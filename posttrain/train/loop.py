@@ -149,6 +149,7 @@ def setup(cfg: StageConfig, lora: LoRAConfig | None = None, freeze_routers: bool
     from posttrain.models.loading import load_model
     from posttrain.train.checkpoint import latest_checkpoint, load_trainer_state, set_rng_state
     from posttrain.train.metrics import MetricsLogger, truncate_metrics
+    from posttrain.models.precision import attention_for
     from posttrain.train.precision import autocast, decide_precision
 
     run_dir, loop = Path(cfg.run_dir), cfg.train
@@ -182,7 +183,8 @@ def setup(cfg: StageConfig, lora: LoRAConfig | None = None, freeze_routers: bool
     monitor = moe_lib.RouterMonitor(model).__enter__() if routers else None
     decision = decide_precision(loop.precision, str(device), numerics)  # type: ignore[arg-type]
     precision = decision.precision
-    print(f"[{run_dir.name}] {decision.line()}")
+    attention = attention_for(model, precision, str(device))
+    print(f"[{run_dir.name}] {decision.line()}" + (f"; {attention} attention" if attention else ""))
     (run_dir / "precision.json").write_text(json.dumps(decision.metrics(), indent=1) + "\n")
 
     params = [p for p in model.parameters() if p.requires_grad]

@@ -92,3 +92,16 @@ def test_every_run_logs_the_decision(monkeypatch, tmp_path):
         first = next(r for r in read_metrics(tmp_path / run) if "precision" in r)
         assert first["step"] == 1 and first["precision"] == want and first["probe_bf16_gflops"] == 495.0, run
         assert json.loads((tmp_path / run / "precision.json").read_text())["precision"] == want
+
+
+def test_bf16_training_on_cpu_uses_eager_attention_and_fp32_keeps_sdpa():
+    from posttrain.models.loading import load_model
+    from posttrain.models.precision import attention_for
+
+    tiny = load_model("tiny-llama", device="cpu").model
+    assert tiny.config._attn_implementation == "sdpa"
+    assert attention_for(tiny, "fp32", "cpu") is None and tiny.config._attn_implementation == "sdpa"
+    assert attention_for(tiny, "bf16", "cuda") is None
+    assert attention_for(tiny, "bf16", "cpu") == "eager" and tiny.config._attn_implementation == "eager"
+    hybrid = load_model("tiny-nemotronh", device="cpu").model
+    assert attention_for(hybrid, "bf16", "cpu") is None
