@@ -13,7 +13,7 @@ step() {  # step "title" command...
   [ "${PIPESTATUS[0]}" -eq 0 ] || echo "FAILED: $*" | tee -a "$log"
 }
 echo "== $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD), $(nproc) cores" | tee -a "$log"
-step "precision probe (re-measured) and the decision per stage" python -m posttrain.cli precision --refresh
+step "precision probe (re-measured), the decision per stage, bf16 log-prob error" python bench/precision.py
 step "SFT throughput vs the best matmul peak, with a profile" \
   python bench/sft_throughput.py --steps 3 --batch 16 --seq 512 --profile
 step "rollout decode vs the memory-bandwidth limit at batch 1/8/32, fp32 and bf16 sampling weights" \

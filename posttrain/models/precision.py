@@ -10,7 +10,8 @@ model, a hash of its flags and the torch version; another machine (or another to
 ``posttrain precision [--refresh]`` prints the probe and the decision per stage.
 
 Speed is half of the decision; the other half is whether the stage's numerics tolerate bf16.
-Measured on the embedded SmolLM2-135M (packed 512-token SFT row, 311 target tokens, fp32 weights),
+Measured on the embedded SmolLM2-135M by bench/precision.py (packed 512-token SFT row, 311 target
+tokens, fp32 weights; one loaded run, 2026-11-30: its row in bench/results/precision.jsonl),
 per-token log-prob error against fp32:
 
 ===================  =============  ======  =====  =====================
