@@ -12,11 +12,19 @@ What differs, by design (it is what is being compared):
 
 * sampling: posttrain's ``HFGenerator`` (shared prefill, finished rows dropped) vs
   ``model.generate`` inside TRL;
-* the update: posttrain packs rows (no padding), computes logits only at completion positions and
-  skips rollouts with zero advantage (groups with equal rewards); TRL trains every rollout in one
-  padded batch, with logits over the last completion-length positions of every row. Neither runs
-  an extra forward pass for the old log-probs (TRL skips it too when generation and optimisation
-  are aligned, as here). The number of rollouts each side trained is printed.
+* the update: posttrain packs rows (no padding) and computes logits only at completion positions;
+  TRL trains every rollout in one padded batch, with logits over the last completion-length
+  positions of every row. Neither runs an extra forward pass for the old log-probs (TRL skips it
+  too when generation and optimisation are aligned, as here). The number of rollouts each side
+  trained is printed.
+
+Two posttrain modes, run one after the other in the same process, against the same TRL run:
+
+* ``equal`` (equal work): every rollout is trained, as TRL does — ``algo.dynamic_filter=false`` and
+  ``algo.skip_zero_advantage=false``, so groups with equal rewards stay in the batch and their
+  zero-advantage rollouts still go through the forward and backward (a zero gradient, real work);
+* ``skip`` (posttrain's defaults): zero-advantage groups are dropped and never trained, which gives
+  the same update for less work. Its ratio is reported beside, never instead of, the equal one.
 
 Overlong filtering is off on the posttrain side for this comparison (48 tokens truncate most
 replies, and TRL keeps truncated ones by default), so both train on the same kind of batch.
@@ -48,7 +56,11 @@ RESULTS = Path(__file__).resolve().parent / "results" / "grpo_vs_trl.jsonl"
 PROMPTS, GROUP, MAX_NEW, LR = 8, 4, 48, 1e-6
 
 
-def run_posttrain(model: str, steps: int, run_dir: Path) -> dict[str, Any]:
+MODES = {"equal": ["algo.dynamic_filter=false", "algo.skip_zero_advantage=false"], "skip": []}
+
+
+def run_posttrain(model: str, steps: int, run_dir: Path, mode: str = "skip", threads: int = 0) -> dict[str, Any]:
+    """posttrain's RL stage on the workload; ``mode``: equal (every rollout trained) or skip."""
     from posttrain.configs import load_config
     from posttrain.train.metrics import read_metrics
     from posttrain.configs.rl import RLConfig
@@ -56,17 +68,17 @@ def run_posttrain(model: str, steps: int, run_dir: Path) -> dict[str, Any]:
 
     cfg = load_config(RLConfig, None, [
         f"model={model}", f"run_dir={run_dir}", f"train.steps={steps + 1}", "train.eval_every=0",
-        "train.save_every=0", "train.plot=false", "train.precision=fp32", "train.threads=0",
+        "train.save_every=0", "train.plot=false", "train.precision=fp32", f"train.threads={threads}",
         f"envs=[{{name: math, train_tasks: {PROMPTS}, val_tasks: 0}}]", "curriculum.kind=random",
         f"rollout.prompts_per_step={PROMPTS}", f"rollout.group_size={GROUP}", f"rollout.max_new_tokens={MAX_NEW}",
-        "algo.overlong_filter=false", f"optim.lr={LR}",
+        "algo.overlong_filter=false", f"optim.lr={LR}", *MODES[mode],
     ])
     train_rl(cfg, progress=False)
     rows = [r for r in read_metrics(run_dir) if "step_s" in r][1:]  # drop the warm-up step
     mean = lambda k: sum(r[k] for r in rows) / len(rows)  # noqa: E731
     return {"s_per_step": mean("step_s"), "generate_s": mean("time_generate_s"), "verify_s": mean("time_verify_s"),
             "train_s": mean("time_train_s"), "rollouts_trained": mean("rollouts_trained"),
-            "reward": mean("reward")}
+            "reward": mean("reward"), "rollouts_per_step": [r["rollouts_trained"] for r in rows]}
 
 
 def run_trl(model_spec: str, steps: int, out_dir: Path) -> dict[str, Any]:
@@ -118,37 +130,49 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=2, help="timed steps after one warm-up step (default 2)")
     ap.add_argument("--model", default="embedded", help="model spec (default embedded; tiny-llama: smoke test)")
-    ap.add_argument("--threads", type=int, default=None, help="torch threads for both (default: one per core)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads for both (default 1: bench/threads.py)")
+    ap.add_argument("--modes", default="equal,skip", help="posttrain modes to run (equal, skip or both)")
     args = ap.parse_args()
+    import subprocess
+
     import torch
     import trl
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    modes = [m for m in args.modes.split(",") if m]
+    if not modes or set(modes) - set(MODES):
+        raise SystemExit(f"--modes: a comma list of {', '.join(MODES)}, got {args.modes!r}")
+    torch.set_num_threads(args.threads)
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
-        ours = run_posttrain(args.model, args.steps, Path(tmp) / "posttrain")
+        ours = {m: run_posttrain(args.model, args.steps, Path(tmp) / f"posttrain_{m}", m, args.threads) for m in modes}
         theirs = run_trl(args.model, args.steps, Path(tmp) / "trl")
     load_after = os.getloadavg()[0]
-    ratio = theirs["s_per_step"] / ours["s_per_step"]
-    print(f"posttrain rl : {ours['s_per_step']:.1f} s/step (generate {ours['generate_s']:.1f}, verify "
-          f"{ours['verify_s']:.2f}, train {ours['train_s']:.1f}; {ours['rollouts_trained']:.0f} of "
-          f"{PROMPTS * GROUP} rollouts trained)")
-    print(f"TRL GRPO     : {theirs['s_per_step']:.1f} s/step ({PROMPTS * GROUP} rollouts trained)")
-    print(f"posttrain is {ratio:.2f}x faster per step (load average {load_before:.1f} -> {load_after:.1f}, "
-          f"{os.cpu_count()} cores, {torch.get_num_threads()} threads)")
+    ratio = {m: theirs["s_per_step"] / o["s_per_step"] for m, o in ours.items()}
+    for m, o in ours.items():
+        print(f"posttrain rl ({m:5s}): {o['s_per_step']:.1f} s/step (generate {o['generate_s']:.1f}, verify "
+              f"{o['verify_s']:.2f}, train {o['train_s']:.1f}; {o['rollouts_trained']:.0f} of "
+              f"{PROMPTS * GROUP} rollouts trained) -> {ratio[m]:.2f}x TRL")
+    print(f"TRL GRPO           : {theirs['s_per_step']:.1f} s/step ({PROMPTS * GROUP} rollouts trained)")
+    print(f"load average {load_before:.1f} -> {load_after:.1f}, {os.cpu_count()} cores, {torch.get_num_threads()} "
+          f"threads, {args.steps} timed steps after 1 warm-up")
     row = {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "bench": "grpo_vs_trl",
         "model": args.model, "dtype": "fp32", "prompts": PROMPTS, "group": GROUP, "max_new_tokens": MAX_NEW,
-        "lr": LR, "timed_steps": args.steps, "posttrain": ours, "trl": theirs, "speedup": ratio,
+        "lr": LR, "timed_steps": args.steps, "posttrain_modes": ours, "trl": theirs, "speedup_by_mode": ratio,
+        "posttrain": ours.get("skip", next(iter(ours.values()))), "speedup": ratio.get("skip", next(iter(ratio.values()))),
         "machine": {"cores": os.cpu_count(), "threads": torch.get_num_threads(), "load_before": load_before,
                     "load_after": load_after, "cpu": platform.processor() or platform.machine()},
         "versions": {"torch": torch.__version__, "trl": trl.__version__},
+        "commit": subprocess.run(["git", "-C", str(Path(__file__).resolve().parent), "rev-parse", "--short", "HEAD"],
+                                 capture_output=True, text=True).stdout.strip(),
     }
-    if args.model != "embedded":
-        return  # smoke tests are not results
-    append_row(RESULTS, row)
-    print(f"appended to {RESULTS}")
+    if args.model == "embedded":  # smoke tests are not results
+        append_row(RESULTS, row)
+        print(f"appended to {RESULTS}")
+    head = "equal" if "equal" in ratio else modes[0]
+    side = "; ".join(f"{m} mode {ratio[m]:.2f}x" for m in ratio if m != head)
+    print(f"RESULT grpo_vs_trl: {ratio[head]:.2f} x TRL s/step ({head} work: every rollout trained on both sides"
+          f"{'; ' + side if side else ''}; load {load_before:.1f}->{load_after:.1f})")
 
 
 if __name__ == "__main__":

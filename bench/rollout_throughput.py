@@ -1,17 +1,31 @@
-"""Rollout throughput: generated tokens/s of ``HFGenerator`` vs plain ``model.generate``.
+"""Rollout decode throughput against the machine's memory-bandwidth limit, at batch 1, 8 and 32.
 
-The workload is a small RL rollout batch: 8 chat prompts × 4 completions, 48 new tokens, sampling
-at temperature 1, fp32 on the CPU. Both engines must deliver the same thing the trainer needs: the
-sampled token ids *and* their log-probs, so the ``model.generate`` side asks for
-``output_logits=True`` and turns the logits into log-probs (``log_softmax(logits / T)``), which is
-part of its cost. Its prompts are rendered by the same chat template and left-padded.
+    python bench/rollout_throughput.py [--batches 1,8,32] [--new-tokens 48] [--threads 1] [--rounds 2]
 
-Generated tokens are counted per completion up to and including its stop token (padding after a
-finished row is not counted). The engines run interleaved round by round (A, B, A, B, ...) so slow
-phases of a shared machine hit both alike; the rate is total tokens / total seconds.
+Decoding one token per row reads every weight once and each row's KV cache once, whatever the
+batch, so a decode step cannot beat ``bytes_read / bandwidth`` seconds. The bench
 
-Prints both rates and their ratio and appends one JSON line to
-bench/results/rollout_throughput.jsonl. Run: ``python bench/rollout_throughput.py [--rounds 3]``.
+1. measures the memory bandwidth (best of a few ``x.sum()`` over a 512 MiB fp32 tensor: a pure
+   streaming read, the access pattern of reading weights; a copy's read+write rate is printed too);
+2. computes bytes read per decode step at batch B: the weights (each parameter once; the tied
+   embedding is read once, as the LM head) + K and V of every layer for B rows at the mean context
+   length of the measured decode; limit tokens/s = B / (bytes / bandwidth);
+3. also prints the compute limit (2 FLOP per weight per token at the measured matmul peak), because
+   at batch 32 a 135M model on this CPU is compute-bound, not bandwidth-bound: the honest ceiling
+   there is the smaller of the two (the roofline);
+4. runs ``HFGenerator`` with stop tokens disabled (every row decodes exactly ``--new-tokens``, so
+   the batch stays at B) and times decode alone: (time of a full generation − time of a 1-token
+   generation, i.e. the prefill) / decoded tokens.
+
+Levers measured, each at every batch, interleaved round by round: fp32 sampling weights (the
+default) and bf16 sampling weights (``rollout.engine: {type: hf, dtype: bf16}``, an fp32 policy's
+bf16 copy); the bf16 row reports the log-prob error against fp32 on the fp32 engine's own samples
+(teacher-forced). Also timed once at the largest batch: the share of a decode step spent in the
+sampler (``sample_next`` over the logits), which bounds what a fused sampler could win. Threads
+are measured by bench/threads.py.
+
+Ends with ``RESULT rollout_throughput: <fraction> of bandwidth limit (...)`` for the default engine
+at the largest batch, and appends one JSON row to bench/results/rollout_throughput.jsonl.
 """
 
 from __future__ import annotations
@@ -19,6 +33,8 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import statistics
+import subprocess
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -27,98 +43,174 @@ from typing import Any
 from results_row import append_row  # bench/results_row.py (sys.path[0] is bench/ when run)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "rollout_throughput.jsonl"
-
-QUESTIONS = [
-    "What is 17 times 23? Explain briefly.",
-    "Write a haiku about autumn leaves.",
-    "Name three uses of a paperclip.",
-    "How do plants make their food?",
-    "Give me a short tip for learning a new language.",
-    "What is the capital of Australia, and why is it not Sydney?",
-    "Summarize the plot of Cinderella in two sentences.",
-    "Why is the sky blue?",
-]
+ROOT = Path(__file__).resolve().parent.parent
+TOPICS = ["the sea", "autumn", "paperclips", "plants", "languages", "Australia", "Cinderella", "the sky"]
 
 
-def run_hf_generator(gen: Any, prompts: list[list[dict]], n: int, max_new: int, seed: int) -> int:
-    from posttrain.engines.base import SamplingParams
-
-    out = gen.generate(prompts, SamplingParams(max_new_tokens=max_new, temperature=1.0, n=n, seed=seed))
-    return sum(len(c.token_ids) for comps in out for c in comps)
-
-
-def run_model_generate(gen: Any, prompts: list[list[dict]], n: int, max_new: int, seed: int) -> int:
-    """The baseline: one ``model.generate`` call with logits out, log-probs computed after."""
+def bandwidth_gbs(mib: int = 512, repeats: int = 5) -> tuple[float, float]:
+    """(read GB/s from x.sum(), read+write GB/s from y.copy_(x)), best of ``repeats``."""
     import torch
 
-    ids = [gen.render_prompt(p, None) for p in prompts]
-    width = max(len(p) for p in ids)
-    input_ids = torch.tensor([[gen.pad_id] * (width - len(p)) + p for p in ids])
-    attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in ids])
-    torch.manual_seed(seed)
+    x = torch.ones(mib * 2**20 // 4)
+    y = torch.empty_like(x)
+    x.sum(), y.copy_(x)  # fault the pages in
+    read = copy = 0.0
+    for _ in range(repeats):
+        t = time.perf_counter()
+        x.sum()
+        read = max(read, x.numel() * 4 / (time.perf_counter() - t))
+        t = time.perf_counter()
+        y.copy_(x)
+        copy = max(copy, 2 * x.numel() * 4 / (time.perf_counter() - t))
+    return read / 1e9, copy / 1e9
+
+
+def model_bytes(model: Any, dtype_bytes: int) -> tuple[int, int]:
+    """(weight bytes read per decode step, KV bytes per row per context token)."""
+    c = model.config
+    n = sum(p.numel() for p in model.parameters())  # parameters() yields a tied weight once
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    kv = 2 * c.num_hidden_layers * c.num_key_value_heads * head_dim * dtype_bytes
+    return n * dtype_bytes, kv
+
+
+def prompts_for(batch: int) -> list[list[dict]]:
+    return [[{"role": "user", "content": f"Tell me fact number {i} about {TOPICS[i % len(TOPICS)]}."}]
+            for i in range(batch)]
+
+
+def timed_generate(gen: Any, prompts: list, new_tokens: int, seed: int) -> tuple[float, Any]:
+    from posttrain.engines.base import SamplingParams
+
+    t = time.perf_counter()
+    out = gen.generate(prompts, SamplingParams(max_new_tokens=new_tokens, temperature=1.0, seed=seed))
+    return time.perf_counter() - t, out
+
+
+def logprob_error(bf16_model: Any, comps: list, pad_id: int) -> float:
+    """Mean |log-prob under the bf16 copy − the fp32 sampler's log-prob| over the fp32 samples."""
+    import torch
+
+    errs = []
     with torch.inference_mode():
-        out = gen.model.generate(
-            input_ids=input_ids, attention_mask=attention, do_sample=True, temperature=1.0, top_p=1.0,
-            top_k=0, max_new_tokens=max_new, num_return_sequences=n, eos_token_id=sorted(gen.stop_ids),
-            pad_token_id=gen.pad_id, output_logits=True, return_dict_in_generate=True,
-        )
-        new = out.sequences[:, width:]
-        # the log-probs the trainer needs are part of the work (computed, then not used here)
-        logits = torch.stack(out.logits, dim=1).float()  # [rows, steps, V]
-        torch.log_softmax(logits, dim=-1).gather(-1, new[..., None])
-    total = 0
-    for row in new.tolist():
-        stop = next((i for i, t in enumerate(row) if t in gen.stop_ids), None)
-        total += len(row) if stop is None else stop + 1
-    return total
+        for c in comps:
+            ids = torch.tensor([c[0].prompt_ids + c[0].token_ids])
+            logits = bf16_model(input_ids=ids).logits[0, len(c[0].prompt_ids) - 1:-1].float()
+            lp = torch.log_softmax(logits, -1).gather(-1, torch.tensor(c[0].token_ids)[:, None])[:, 0]
+            errs.append((lp - torch.tensor(c[0].logprobs)).abs())
+    return float(torch.cat(errs).mean())
 
 
-ENGINES = {"hf_generator": run_hf_generator, "model_generate": run_model_generate}
+def sampler_share(gen: Any, batch: int, new_tokens: int) -> float:
+    """Fraction of one decode step's time spent in ``sample_next`` (the rest is the model)."""
+    from posttrain.engines import hf
+
+    spent = [0.0]
+    orig = hf.sample_next
+
+    def timed(*a: Any) -> Any:
+        t = time.perf_counter()
+        out = orig(*a)
+        spent[0] += time.perf_counter() - t
+        return out
+
+    hf.sample_next = timed
+    try:
+        dt, _ = timed_generate(gen, prompts_for(batch), new_tokens, seed=99)
+    finally:
+        hf.sample_next = orig
+    return spent[0] / dt
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="embedded")
-    ap.add_argument("--prompts", type=int, default=8)
-    ap.add_argument("--n", type=int, default=4)
-    ap.add_argument("--max-new-tokens", type=int, default=48)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: one per core)")
+    ap.add_argument("--batches", default="1,8,32")
+    ap.add_argument("--new-tokens", type=int, default=48)
+    ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds (mean ± standard error)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (bench/threads.py: 1 is the shared-machine default)")
     ap.add_argument("--no-save", action="store_true", help="print only, do not append to the results file")
     args = ap.parse_args()
 
     import torch
 
-    from posttrain.models.loading import load_model
     from posttrain.engines.hf import HFGenerator
+    from posttrain.models.loading import load_model
+    from sft_throughput import matmul_peak  # bench/sft_throughput.py: best-of at the current threads
+
+    torch.set_num_threads(args.threads)
+    batches = [int(b) for b in args.batches.split(",")]
+    load_before = os.getloadavg()[0]
+    read_gbs, copy_gbs = bandwidth_gbs()
+    peak = {k: matmul_peak(dt, budget_s=1.0) / 1e9 for k, dt in (("fp32", torch.float32), ("bf16", torch.bfloat16))}
 
     loaded = load_model(args.model, device="cpu", dtype=torch.float32)
-    gen = HFGenerator(loaded.model, loaded.tokenizer, batch_size=args.prompts * args.n, num_threads=args.threads)
-    prompts = [[{"role": "user", "content": q}] for q in (QUESTIONS * 8)[: args.prompts]]
-    for engine in ENGINES.values():  # warm-up: first-call allocations, lazy imports
-        engine(gen, prompts[:2], 1, 4, 0)
-    tokens = {k: 0 for k in ENGINES}
-    seconds = {k: 0.0 for k in ENGINES}
+    model, tok = loaded.model, loaded.tokenizer
+    engines = {"fp32": HFGenerator(model, tok, batch_size=max(batches)),
+               "bf16": HFGenerator(model, tok, batch_size=max(batches), dtype="bf16")}
+    for g in engines.values():
+        g.stop_ids = frozenset()  # every row decodes exactly new_tokens: the batch stays at B
+        timed_generate(g, prompts_for(2), 4, 0)  # warm-up
+    prompt_len = statistics.mean(len(engines["fp32"].render_prompt(p, None)) for p in prompts_for(max(batches)))
+    context = prompt_len + args.new_tokens / 2  # mean context length over the decode
+
+    runs: dict[tuple[str, int], list[float]] = {(d, b): [] for d in engines for b in batches}
+    samples: dict[int, Any] = {}
     for r in range(args.rounds):
-        for name, engine in ENGINES.items():
-            t0 = time.perf_counter()
-            tokens[name] += engine(gen, prompts, args.n, args.max_new_tokens, seed=r)
-            seconds[name] += time.perf_counter() - t0
-    rate = {k: tokens[k] / seconds[k] for k in ENGINES}
-    ratio = rate["hf_generator"] / rate["model_generate"]
-    for k in ENGINES:
-        print(f"{k:15s} {rate[k]:8.1f} tokens/s  ({tokens[k]} tokens in {seconds[k]:.1f} s)")
-    print(f"ratio hf_generator / model_generate: {ratio:.2f}x")
-    record = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "model": args.model, "dtype": "float32", "prompts": args.prompts, "n": args.n,
-        "max_new_tokens": args.max_new_tokens, "rounds": args.rounds, "threads": torch.get_num_threads(),
-        "cpus": os.cpu_count(), "machine": platform.processor() or platform.machine(),
-        "tokens_per_s": {k: round(v, 1) for k, v in rate.items()},
-        "tokens": tokens, "ratio": round(ratio, 3),
-    }
+        for b in batches:
+            for d, g in engines.items():
+                t_full, out = timed_generate(g, prompts_for(b), args.new_tokens, seed=r)
+                t_prefill, _ = timed_generate(g, prompts_for(b), 1, seed=r)
+                runs[(d, b)].append(b * (args.new_tokens - 1) / max(t_full - t_prefill, 1e-9))
+                if d == "fp32":
+                    samples[b] = out
+    lp_err = logprob_error(engines["bf16"].model, samples[max(batches)][:8], engines["fp32"].pad_id)
+    share = sampler_share(engines["fp32"], max(batches), 16)
+    load_after = os.getloadavg()[0]
+
+    n_params = sum(p.numel() for p in model.parameters())
+    c = model.config
+    print(f"machine: {os.cpu_count()} cores, {platform.processor() or platform.machine()}, torch {torch.__version__}, "
+          f"{args.threads} thread(s), load average {load_before:.1f} -> {load_after:.1f}")
+    print(f"memory bandwidth: read {read_gbs:.1f} GB/s (x.sum over 512 MiB), copy {copy_gbs:.1f} GB/s (read+write)")
+    print(f"matmul peak: fp32 {peak['fp32']:.0f} GFLOP/s, bf16 {peak['bf16']:.0f} GFLOP/s")
+    print(f"model: {args.model}, {n_params / 1e6:.1f}M parameters, {c.num_hidden_layers} layers; prompts "
+          f"~{prompt_len:.0f} tokens, {args.new_tokens} new tokens (mean context {context:.0f})")
+    print(f"{'weights':>7s} {'batch':>5s} {'MB/step':>8s} {'bw limit':>9s} {'compute lim':>11s} "
+          f"{'decode tok/s':>15s} {'of bw lim':>9s} {'of roofline':>11s}")
+    table = []
+    for d in engines:
+        w_bytes, kv_tok = model_bytes(model, 4 if d == "fp32" else 2)
+        for b in batches:
+            step_bytes = w_bytes + kv_tok * b * context
+            bw_limit = b * read_gbs * 1e9 / step_bytes
+            compute_limit = peak[d] * 1e9 / (2 * n_params)
+            roof = min(bw_limit, compute_limit)
+            v = runs[(d, b)]
+            mean = statistics.mean(v)
+            se = statistics.stdev(v) / len(v) ** 0.5 if len(v) > 1 else float("nan")
+            table.append({"weights": d, "batch": b, "bytes_per_step": step_bytes, "bandwidth_limit": bw_limit,
+                          "compute_limit": compute_limit, "tokens_per_s": mean, "se": se, "raw": v,
+                          "frac_bandwidth": mean / bw_limit, "frac_roofline": mean / roof})
+            print(f"{d:>7s} {b:5d} {step_bytes / 1e6:8.0f} {bw_limit:9.1f} {compute_limit:11.1f} "
+                  f"{mean:8.1f} ± {se:4.1f} {100 * mean / bw_limit:8.1f}% {100 * mean / roof:10.1f}%")
+    print(f"bf16 sampling weights: mean |log-prob − fp32 sampler's| = {lp_err:.4f} nat/token (8 rows of batch "
+          f"{max(batches)}, teacher-forced)")
+    print(f"sampler share of decode time (fp32, batch {max(batches)}): {100 * share:.1f}% (bounds a fused sampler's gain)")
+    head = next(r for r in table if r["weights"] == "fp32" and r["batch"] == max(batches))
+    row = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "bench": "rollout_throughput",
+           "kind": "bandwidth_limit", "model": args.model, "args": vars(args), "bandwidth_read_gbs": read_gbs,
+           "bandwidth_copy_gbs": copy_gbs, "peak_gflops": peak, "prompt_tokens": prompt_len, "table": table,
+           "bf16_logprob_error": lp_err, "sampler_share": share,
+           "machine": {"cores": os.cpu_count(), "cpu": platform.processor() or platform.machine(),
+                       "threads": args.threads, "load_before": load_before, "load_after": load_after},
+           "commit": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                    text=True).stdout.strip()}
     if not args.no_save:
-        append_row(RESULTS, record)
+        append_row(RESULTS, row)
+    print(f"RESULT rollout_throughput: {head['frac_bandwidth']:.2f} of bandwidth limit (HFGenerator fp32 decode "
+          f"{head['tokens_per_s']:.0f} tok/s at batch {max(batches)} vs {head['bandwidth_limit']:.0f} tok/s limit; "
+          f"{head['frac_roofline']:.2f} of the roofline)")
 
 
 if __name__ == "__main__":

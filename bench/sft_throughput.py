@@ -1,15 +1,27 @@
 """SFT training throughput on the embedded model, next to the matmul peak measured in the same run.
 
-    python bench/sft_throughput.py [--steps 3] [--batch 16] [--seq 512]
+    python bench/sft_throughput.py [--steps 3] [--batch 16] [--seq 512] [--threads 0] [--profile]
 
 Prints, for each trainer:
 * tokens/s — every token of the packed rows (prompt + answer), the usual definition;
 * model FLOP/s at 6·N FLOP per token (N = parameters, embeddings included, as for MFU);
-* that as a fraction of the fp32 and bf16 matmul peaks measured on this machine in this run.
+* that as a fraction of the fp32 and bf16 matmul peaks measured on this machine in this run, and of
+  the *best available* peak (the faster of the two: bf16 on a CPU with avx512_bf16/AMX, fp32 on an
+  AVX2-only one), which the summary line names.
 
-Trainers:
+Trainers (same batches, same initial weights, same optimizer):
 * ``anchor``: plain HF fine-tuning — padded batch, full logits, fp32, ``model(**batch, labels=...)``;
-* ``posttrain``: the SFT stage's step (packing, logits only at trained positions, precision auto).
+* ``posttrain fp32``: the SFT stage's step (packing, logits only at trained positions) in fp32;
+* ``posttrain auto``: the same step in the precision ``precision: auto`` picks for SFT from this
+  run's peaks (``models/precision.py``; bf16 autocast where bf16 is >= 1.3x faster), with the
+  attention the training loop then uses (eager in bf16 on the CPU: ``attention_for``);
+* ``posttrain bf16, sdpa`` (only when auto is bf16): bf16 with torch's sdpa attention, the lever's
+  other side.
+
+``--profile`` adds a torch.profiler pass over one ``posttrain auto`` step and prints where its time
+goes: matmuls of the transformer layers, the LM head's matmuls (those with a vocabulary-sized
+dimension), attention (sdpa forward + backward over the packed rows), dtype casts, the optimizer
+step and collation (packing + tensors; timed directly), the rest.
 
 Because posttrain skips the vocabulary projection at positions that carry no loss, its real FLOPs
 per token are below 6·N; the "model FLOP/s" column still uses 6·N (the work a naive trainer would
@@ -21,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -30,7 +43,7 @@ import torch
 from results_row import append_row  # bench/results_row.py (sys.path[0] is bench/ when run)
 
 
-def matmul_peak(dtype: torch.dtype, n: int = 1536, budget_s: float = 3.0) -> float:
+def matmul_peak(dtype: torch.dtype, n: int = 1024, budget_s: float = 2.0) -> float:
     """Best-of square-matmul FLOP/s within a time budget (bf16 can be very slow on AVX2-only CPUs)."""
     a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
     a @ b  # warm-up
@@ -40,6 +53,57 @@ def matmul_peak(dtype: torch.dtype, n: int = 1536, budget_s: float = 3.0) -> flo
         a @ b
         best = max(best, 2 * n**3 / (time.perf_counter() - t))
     return best
+
+
+def profile_step(model, opt, examples, pad_id: int, seq: int, precision: str, vocab: int) -> dict[str, float]:
+    """Seconds by category in one posttrain step (see the module docstring)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from posttrain.data.packing import pack_examples
+
+    t = time.perf_counter()
+    for r in pack_examples(examples, seq, pad_id):
+        r.to_tensors()
+    collation = time.perf_counter() - t
+    step_fn = opt.step
+    spent = {"optimizer step": 0.0}
+
+    def timed_step(*a, **k):
+        t0 = time.perf_counter()
+        out = step_fn(*a, **k)
+        spent["optimizer step"] += time.perf_counter() - t0
+        return out
+
+    opt.step = timed_step
+    try:
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+            t = time.perf_counter()
+            posttrain_step(model, opt, examples, pad_id, seq, precision)
+            total = time.perf_counter() - t
+    finally:
+        opt.step = step_fn
+    cats = {"layer matmuls": 0.0, "LM head matmuls": 0.0, "attention (sdpa fwd+bwd)": 0.0, "dtype casts": 0.0}
+    for e in prof.key_averages(group_by_input_shape=True):
+        s = e.self_cpu_time_total / 1e6
+        if e.key in ("aten::mm", "aten::addmm", "aten::bmm"):
+            cat = "LM head matmuls" if any(vocab in sh for sh in (e.input_shapes or []) if sh) else "layer matmuls"
+        elif "scaled_dot_product" in e.key:
+            cat = "attention (sdpa fwd+bwd)"
+        elif e.key in ("aten::copy_", "aten::_to_copy"):
+            cat = "dtype casts"
+        else:
+            continue
+        cats[cat] += s
+    # the profiler's self times carry its own overhead: scale the op categories so that all ops sum
+    # to the measured wall time outside collation (the optimizer step is timed directly as well)
+    prof_total = sum(e.self_cpu_time_total for e in prof.key_averages()) / 1e6
+    scale = min(1.0, (total - collation) / prof_total) if prof_total else 1.0
+    out = {k: v * scale for k, v in cats.items()}
+    out["optimizer step"] = spent["optimizer step"]
+    out["collation (pack + tensors)"] = collation  # inside posttrain_step's wall time too
+    out["other (norms, activations, loss, autograd, Python)"] = max(0.0, total - sum(out.values()))
+    out["total step"] = total
+    return out
 
 
 def make_examples(tok, n: int, seed: int):
@@ -88,56 +152,110 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=3, help="timed steps per trainer (after one warm-up step)")
     ap.add_argument("--batch", type=int, default=16, help="conversations per step")
     ap.add_argument("--seq", type=int, default=512, help="packed row length (the SFT default)")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default, one per core)")
+    ap.add_argument("--profile", action="store_true", help="also profile one posttrain step (where the time goes)")
     ap.add_argument("--no-save", action="store_true")
     args = ap.parse_args()
 
-    from posttrain.models.loading import load_model
-    from posttrain.train.precision import resolve_precision
+    import subprocess
 
+    from posttrain.models.loading import load_model
+    from posttrain.models.precision import Probe, decide
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    peaks = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16, n=768)}
+    load_before = os.getloadavg()[0]
+    peaks = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16)}
+    decision = decide(Probe(peaks["fp32"] / 1e9, peaks["bf16"] / 1e9, source="this run"), "sft")
+    precision = decision.precision
+    best = max(peaks, key=peaks.get)  # type: ignore[arg-type]
     loaded = load_model(args.model)
     model, tok = loaded.model, loaded.tokenizer
     model.train()
     model.config.use_cache = False
     n_params = sum(p.numel() for p in model.parameters())
     pad_id = tok.pad_token_id or 0
-    precision = resolve_precision("auto", "cpu")
     batches = [make_examples(tok, args.batch, seed=s) for s in range(args.steps + 1)]
+    def with_attention(impl, fn):  # the stage's attention choice (models/precision.py: attention_for)
+        def step(ex):
+            model.set_attn_implementation(impl)
+            try:
+                return fn(ex)
+            finally:
+                model.set_attn_implementation("sdpa")
+        return step
+
+    auto_attention = "eager" if precision == "bf16" else "sdpa"  # what train/loop.py picks on the CPU
     trainers = {
         "anchor": lambda ex: anchor_step(model, opt, ex, pad_id),
-        "posttrain": lambda ex: posttrain_step(model, opt, ex, pad_id, args.seq, precision),
+        "posttrain fp32": lambda ex: posttrain_step(model, opt, ex, pad_id, args.seq, "fp32"),
     }
+    if precision == "bf16":  # the attention lever, measured: bf16 with torch's sdpa kernel
+        trainers["posttrain bf16, sdpa"] = lambda ex: posttrain_step(model, opt, ex, pad_id, args.seq, "bf16")
+    trainers[f"posttrain auto ({precision})"] = with_attention(
+        auto_attention, lambda ex: posttrain_step(model, opt, ex, pad_id, args.seq, precision))
     results = {}
     init = {k: v.clone() for k, v in model.state_dict().items()}
     for name, step in trainers.items():
         model.load_state_dict(init)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-5, betas=(0.9, 0.95), weight_decay=0.1)
         step(batches[0])  # warm-up
-        tokens, t = 0, time.perf_counter()
+        times, tokens = [], 0
         for ex in batches[1:]:
-            tokens += step(ex)
-        dt = time.perf_counter() - t
-        tps = tokens / dt
+            t = time.perf_counter()
+            n = step(ex)
+            times.append(n / (time.perf_counter() - t))
+            tokens += n
+        tps = sum(times) / len(times)
+        se = statistics.stdev(times) / len(times) ** 0.5 if len(times) > 1 else float("nan")
         flops = 6 * n_params * tps
-        results[name] = {"tokens_per_s": tps, "model_flops": flops,
-                         "frac_fp32_peak": flops / peaks["fp32"], "frac_bf16_peak": flops / peaks["bf16"],
-                         "tokens": tokens, "seconds": dt}
+        results[name] = {"tokens_per_s": tps, "tokens_per_s_se": se, "per_step_tokens_per_s": times,
+                         "model_flops": flops, "frac_fp32_peak": flops / peaks["fp32"],
+                         "frac_bf16_peak": flops / peaks["bf16"], "frac_best_peak": flops / peaks[best],
+                         "tokens": tokens}
+    prof = None
+    if args.profile:
+        model.load_state_dict(init)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-5, betas=(0.9, 0.95), weight_decay=0.1)
+        model.set_attn_implementation(auto_attention)
+        posttrain_step(model, opt, batches[0], pad_id, args.seq, precision)
+        prof = profile_step(model, opt, batches[1], pad_id, args.seq, precision, model.config.vocab_size)
+        model.set_attn_implementation("sdpa")
+    load_after = os.getloadavg()[0]
 
-    print(f"machine: {os.cpu_count()} cores, torch {torch.__version__}, CPU capability "
-          f"{torch.backends.cpu.get_cpu_capability()}, posttrain precision={precision}")
-    print(f"matmul peak: fp32 {peaks['fp32'] / 1e9:.1f} GFLOP/s, bf16 {peaks['bf16'] / 1e9:.1f} GFLOP/s")
-    print(f"model: {args.model}, {n_params / 1e6:.1f}M parameters; {args.steps} steps × {args.batch} conversations")
-    print(f"{'trainer':10s} {'tokens/s':>9s} {'GFLOP/s':>8s} {'% fp32 pk':>9s} {'% bf16 pk':>9s}")
+    print(f"machine: {os.cpu_count()} cores, {torch.get_num_threads()} threads, torch {torch.__version__}, CPU "
+          f"capability {torch.backends.cpu.get_cpu_capability()}, load average {load_before:.1f} -> {load_after:.1f}")
+    print(f"matmul peak: fp32 {peaks['fp32'] / 1e9:.1f} GFLOP/s, bf16 {peaks['bf16'] / 1e9:.1f} GFLOP/s; "
+          f"{decision.line()}")
+    print(f"model: {args.model}, {n_params / 1e6:.1f}M parameters; {args.steps} steps × {args.batch} conversations, "
+          f"rows of {args.seq}")
+    print(f"{'trainer':24s} {'tokens/s':>15s} {'GFLOP/s':>8s} {'% fp32 pk':>9s} {'% bf16 pk':>9s}")
     for name, r in results.items():
-        print(f"{name:10s} {r['tokens_per_s']:9.1f} {r['model_flops'] / 1e9:8.1f} "
+        print(f"{name:24s} {r['tokens_per_s']:8.1f} ± {r['tokens_per_s_se']:4.1f} {r['model_flops'] / 1e9:8.1f} "
               f"{100 * r['frac_fp32_peak']:8.1f}% {100 * r['frac_bf16_peak']:8.1f}%")
-    speedup = results["posttrain"]["tokens_per_s"] / results["anchor"]["tokens_per_s"]
-    print(f"posttrain / anchor: {speedup:.2f}×")
+    auto = results[f"posttrain auto ({precision})"]
+    speedup = auto["tokens_per_s"] / results["anchor"]["tokens_per_s"]
+    print(f"posttrain auto ({precision}, {auto_attention} attention) / anchor: {speedup:.2f}×; / posttrain fp32: "
+          f"{auto['tokens_per_s'] / results['posttrain fp32']['tokens_per_s']:.2f}×")
+    if prof:
+        print(f"where one posttrain auto step's {prof['total step']:.1f} s go:")
+        for k, v in prof.items():
+            if k != "total step":
+                print(f"  {k:45s} {v:6.2f} s  {100 * v / prof['total step']:5.1f}%")
     if not args.no_save:
         out = Path(__file__).parent / "results" / "sft_throughput.jsonl"
+        commit = subprocess.run(["git", "-C", str(Path(__file__).parent), "rev-parse", "--short", "HEAD"],
+                                capture_output=True, text=True).stdout.strip()
         append_row(out, {"time": time.time(), "model": args.model, "peaks": peaks, "precision": precision,
-                                "results": results, "speedup": speedup, "args": vars(args)})
+                         "best_peak": best, "results": results, "speedup": speedup, "profile": prof,
+                         "args": vars(args), "commit": commit, "auto_attention": auto_attention,
+                         "machine": {"cores": os.cpu_count(), "threads": torch.get_num_threads(),
+                                     "capability": torch.backends.cpu.get_cpu_capability(),
+                                     "load_before": load_before, "load_after": load_after}})
+    print(f"RESULT sft_throughput: {100 * auto['frac_best_peak']:.1f} % of the best matmul peak ({best} "
+          f"{peaks[best] / 1e9:.0f} GFLOP/s; posttrain SFT in {precision}, {auto['tokens_per_s']:.1f} ± "
+          f"{auto['tokens_per_s_se']:.1f} tokens/s at 6N FLOP/token, {torch.get_num_threads()} threads)")
     return 0
 
 

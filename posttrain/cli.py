@@ -14,6 +14,7 @@ import sys
 # name → (module, one-line help). Order is the order shown in --help.
 COMMANDS: dict[str, tuple[str, str]] = {
     "setup": ("posttrain.commands.setup", "convert the embedded model once and check the install"),
+    "precision": ("posttrain.commands.precision", "this machine's bf16/fp32 matmul probe and what precision=auto picks"),
     "pipeline": ("posttrain.experiments.pipeline", "run the whole recipe on the embedded model and report what it achieved"),
     "sft": ("posttrain.commands.sft", "supervised fine-tuning on conversation JSONL (packing, WSD, LoRA, resume)"),
     "rl": ("posttrain.commands.rl", "multi-environment RLVR with GRPO: curriculum, overlong/dynamic filters, masked IS, frozen MoE routers (resumable)"),
@@ -62,6 +63,10 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "torch" not in sys.modules:  # OpenMP reads these once, when torch starts (models/threads.py)
+        from posttrain.models.threads import set_thread_defaults
+
+        set_thread_defaults()
     parser, subparsers = build_parser()
     # Parse the command name first; only then import that command's module for its options.
     first = next((a for a in argv if not a.startswith("-")), None)

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
+
+# No test times a matmul: `precision: auto` reads these probe figures (an AVX2-like machine, where
+# bf16 is slow, so auto means fp32 as it always did in tests). Subprocesses inherit it. Tests of the
+# decision itself inject their own figures; tests that need bf16 set train.precision=bf16.
+os.environ.setdefault("POSTTRAIN_PRECISION_PROBE", "fp32=100,bf16=1")
 
 
 @pytest.fixture(scope="module")

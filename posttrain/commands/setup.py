@@ -29,5 +29,9 @@ def run(args: argparse.Namespace) -> int:
     from posttrain.models.tiny import tiny_tokenizer
 
     tiny_tokenizer()
+    from posttrain.models.precision import decide, machine_probe
+
+    probe = machine_probe()  # measured once per machine (cached); `posttrain precision` for details
+    print(decide(probe, "sft").line())
     print("setup complete")
     return 0

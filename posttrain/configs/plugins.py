@@ -128,6 +128,11 @@ class HFEngineConfig(StrictModel):
     type: Literal["hf"] = "hf"
     max_prefill_tokens: int = Field(8192, ge=1)
     """Bound on rows × padded prompt length of one prefill (memory of long-context prompts)."""
+    dtype: Literal["fp32", "bf16"] = "fp32"
+    """Sampling weights. ``bf16``: decode from a bf16 copy of the policy (refreshed after every
+    update) — faster where bf16 matmuls are (bench/rollout_throughput.py), but the sampled
+    log-probs, the RL ratio's behaviour policy, then differ from the fp32 trainer's by ~0.04 nat per
+    token (models/precision.py), so it is opt-in."""
 
 
 class VLLMEngineConfig(StrictModel):

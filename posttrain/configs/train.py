@@ -57,6 +57,7 @@ class LoopConfig(StrictModel):
     log_every: int = Field(1, ge=1)
     """Write a metrics line every N steps (and at the last)."""
     threads: int = Field(0, ge=0)
-    """torch CPU threads (0: torch's default, one per core)."""
+    """torch CPU threads (0: the process default; from the CLI, one per idle core at start with
+    ``OMP_WAIT_POLICY=PASSIVE``, unless ``OMP_NUM_THREADS`` is set: ``models/threads.py``)."""
     tensorboard: bool = False
     wandb_project: str | None = None

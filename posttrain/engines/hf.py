@@ -18,7 +18,8 @@ The loop (``_generate_group``), per batch of prompts:
 ``reorder_cache`` is the cache operation every layer type implements (attention KV and the Mamba
 conv/SSM states of the hybrid NemotronH), which is why one loop serves both architectures.
 
-Why not ``model.generate``: measured with ``bench/rollout_throughput.py`` (embedded 135M model,
+Why not ``model.generate``: measured with ``bench/rollout_throughput.py`` as of 27d0940d (its row of
+2026-11-29 in bench/results/rollout_throughput.jsonl; embedded 135M model,
 fp32, 8 prompts × 4 samples, 48 new tokens, temperature 1, 3 interleaved rounds, 1 thread):
 this loop 91.8 generated tokens/s, ``model.generate(output_logits=True)`` + log-softmax
 73.1 tokens/s (1.26×). Most rows of that workload run to the 48-token limit, so the gain there is
@@ -27,11 +28,16 @@ gives raw logits that still need turning into the sampler's log-probs, and its r
 depends on the batch layout. Nearly all the time is the model's matmuls (~75%); sampling over the
 49k vocabulary is ~5%.
 
-Threads: torch uses one thread per core by default (2 here). On a machine whose cores are busy
-with other processes, OpenMP threads waiting for each other made decoding up to ~10× *slower* than
-one thread (one-round runs of the same bench, minutes apart: 6.4 tokens/s with 2 threads, 67.7
-with 1), so ``num_threads`` is a constructor argument (``--threads`` on the command line) rather
-than a fixed choice.
+Threads: on a machine whose cores are busy with other processes, OpenMP threads waiting for each
+other made decoding up to ~10x *slower* than one thread (bench/threads.py), so the CLI starts torch
+with one thread per idle core and ``OMP_WAIT_POLICY=PASSIVE`` (``models/threads.py``);
+``num_threads`` (``--threads``) sets an exact count.
+
+Precision: the engine samples from the live fp32 module by default. ``dtype="bf16"`` (config
+``rollout.engine: {type: hf, dtype: bf16}``) decodes from a bf16 copy, refreshed by
+``update_weights`` after every optimizer step: fewer bytes per decode step and bf16 matmuls, at the
+price of sampled log-probs that differ from the fp32 trainer's (bench/rollout_throughput.py prints
+both the speed and the log-prob error; ``models/precision.py`` why it is not the default).
 
 What comes back, per completion:
 
@@ -135,16 +141,25 @@ class HFGenerator(TokenEngine):
         batch_size: int = 16,
         max_prefill_tokens: int = 8192,
         num_threads: int | None = None,
+        dtype: str = "fp32",
     ) -> None:
         """``batch_size`` bounds the rows (prompt × sample) decoded together; the ``n`` samples of
         one prompt always share a batch. ``max_prefill_tokens`` bounds rows × padded prompt length
         of one prefill (memory of long-context prompts). ``num_threads`` sets torch's (process-wide)
-        thread count; left alone, torch uses one thread per core."""
+        thread count; left alone, torch uses one thread per core. ``dtype="bf16"`` decodes from a
+        bf16 copy of an fp32 model (``update_weights`` refreshes it); ``fp32`` samples from the live
+        module itself."""
         import torch
 
         if batch_size < 1 or max_prefill_tokens < 1:
             raise ValueError("batch_size and max_prefill_tokens must be >= 1")
-        self.model = model.eval()
+        if dtype not in ("fp32", "bf16"):
+            raise ValueError(f"dtype must be fp32 or bf16, got {dtype!r}")
+        self.model = model.eval()  # what decodes: the live module, or its bf16 copy
+        if dtype == "bf16" and next(model.parameters()).dtype != torch.bfloat16:
+            import copy
+
+            self.model = copy.deepcopy(model).to(torch.bfloat16).eval()
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.max_prefill_tokens = max_prefill_tokens
@@ -158,6 +173,17 @@ class HFGenerator(TokenEngine):
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.stop_ids)
         # transformers 5 renamed the forward's ``past_key_values`` to ``cache`` (the old name warns)
         self.cache_kwarg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+    def update_weights(self, model: Any) -> None:
+        """After an optimizer step: refresh a bf16 sampling copy (nothing to do when sampling from
+        the live module)."""
+        import torch
+
+        if self.model is model:
+            return
+        with torch.no_grad():
+            for dst, src in zip(self.model.parameters(), model.parameters()):
+                dst.copy_(src)
 
     # from_spec, render_prompt and generate: TokenEngine (engines/base.py)
 

@@ -24,7 +24,8 @@ ENGINES: Registry[Callable[..., Any]] = Registry("rollout engine")
 def _hf(cfg: HFEngineConfig, model: Any, tokenizer: Any, batch_size: int) -> Any:
     from posttrain.engines.hf import HFGenerator
 
-    return HFGenerator(model, tokenizer, batch_size=batch_size, max_prefill_tokens=cfg.max_prefill_tokens)
+    return HFGenerator(model, tokenizer, batch_size=batch_size, max_prefill_tokens=cfg.max_prefill_tokens,
+                       dtype=cfg.dtype)
 
 
 # Engines behind an optional extra register themselves when their module is imported; importing it

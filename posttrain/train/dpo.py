@@ -316,7 +316,7 @@ def train_dpo(cfg: DPOConfig, progress: bool = True, stop_after: int | None = No
     from posttrain.train.checkpoint import latest_checkpoint
 
     t_start = time.time()
-    t = loop.setup(cfg)
+    t = loop.setup(cfg, numerics="dpo")
     stage = DPOStage(cfg, t)
     last = loop.run(t, stage, make_loss(cfg.loss), progress, stop_after)
     return DPOResult(t.run_dir, latest_checkpoint(t.run_dir), cfg.train.steps, stage.ref_computed,

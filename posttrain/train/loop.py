@@ -34,6 +34,7 @@ checkpoint that cannot be written (disk full) or read back says which one and wh
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -122,6 +123,7 @@ class Trainer:
     start: int = 0  # first step to run (> 0 when resumed)
     resumed_from: Path | None = None
     resume_state: dict[str, Any] = field(default_factory=dict)  # the stage's state from the checkpoint
+    precision: Any = None  # models.precision.Decision: what ran and why (logged with the first step)
 
     @property
     def run_dir(self) -> Path:
@@ -132,12 +134,14 @@ class Trainer:
         return self.tokenizer.pad_token_id or 0
 
 
-def setup(cfg: StageConfig, lora: LoRAConfig | None = None, freeze_routers: bool = False) -> Trainer:
+def setup(cfg: StageConfig, lora: LoRAConfig | None = None, freeze_routers: bool = False,
+          numerics: str = "sft") -> Trainer:
     """Load (or resume) the model, build the optimizer, open the metrics log.
 
     The resolved config is written first, so a run directory always says what ran. ``lora``: train
     an adapter (its weights restored on resume). ``freeze_routers``: MoE router weights get no
-    gradient (RL); the aux-loss-free biases still follow the load.
+    gradient (RL); the aux-loss-free biases still follow the load. ``numerics``: the stage kind
+    (sft, rl, dpo) that ``precision: auto`` decides for (``models/precision.py``).
     """
     import torch
 
@@ -145,7 +149,8 @@ def setup(cfg: StageConfig, lora: LoRAConfig | None = None, freeze_routers: bool
     from posttrain.models.loading import load_model
     from posttrain.train.checkpoint import latest_checkpoint, load_trainer_state, set_rng_state
     from posttrain.train.metrics import MetricsLogger, truncate_metrics
-    from posttrain.train.precision import autocast, resolve_precision
+    from posttrain.models.precision import attention_for
+    from posttrain.train.precision import autocast, decide_precision
 
     run_dir, loop = Path(cfg.run_dir), cfg.train
     if loop.threads:
@@ -176,7 +181,11 @@ def setup(cfg: StageConfig, lora: LoRAConfig | None = None, freeze_routers: bool
     model.config.use_cache = False
     routers = moe_lib.freeze_routers(model) if freeze_routers else len(moe_lib.find_routers(model))
     monitor = moe_lib.RouterMonitor(model).__enter__() if routers else None
-    precision = resolve_precision(loop.precision, device)
+    decision = decide_precision(loop.precision, str(device), numerics)  # type: ignore[arg-type]
+    precision = decision.precision
+    attention = attention_for(model, precision, str(device))
+    print(f"[{run_dir.name}] {decision.line()}" + (f"; {attention} attention" if attention else ""))
+    (run_dir / "precision.json").write_text(json.dumps(decision.metrics(), indent=1) + "\n")
 
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": cfg.optim.weight_decay},
@@ -192,7 +201,7 @@ def setup(cfg: StageConfig, lora: LoRAConfig | None = None, freeze_routers: bool
     truncate_metrics(run_dir, start if resume_from is not None else None)
     log = MetricsLogger(run_dir, loop.tensorboard, loop.wandb_project, cfg.model_dump(mode="json"))  # type: ignore[attr-defined]
     return Trainer(cfg, model, tok, device, opt, params, lambda: autocast(precision, device), monitor, log,
-                   start, resume_from, state)
+                   start, resume_from, state, decision)
 
 
 def _apply_lora(model: Any, cfg: LoRAConfig, resume_from: Path | None) -> Any:
@@ -252,6 +261,8 @@ def _run(t: Trainer, stage: Stage, loss_fn: Callable[[Any], Any], progress: bool
         m.update(time_update_s=time.perf_counter() - t1, step_s=time.perf_counter() - t0)
         done = step + 1
         m = stage.end_step(done, batch, m)
+        if step == t.start and t.precision is not None:  # every run (and every resume) says what it ran in
+            m.update(t.precision.metrics())
         if done % getattr(loop, "log_every", 1) == 0 or done == loop.steps:
             try:
                 t.log.log(done, m)

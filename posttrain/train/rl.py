@@ -358,7 +358,7 @@ def train_rl(cfg: RLConfig, progress: bool = True, stop_after: int | None = None
     # the model loads: a wrong name or a dead URL fails in seconds with one line
     envs = build_envs(cfg.envs)
     check_profile(cfg)
-    t = loop.setup(cfg, freeze_routers=True)
+    t = loop.setup(cfg, freeze_routers=True, numerics="rl")
     stage = RLStage(cfg, t, scorers, dense_loss=loss_fn.dense, envs=envs,
                     reward=reward(t) if reward is not None else None)
     last = loop.run(t, stage, loss_fn, progress, stop_after)

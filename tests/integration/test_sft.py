@@ -64,12 +64,13 @@ def _weights(ckpt: Path) -> dict[str, torch.Tensor]:
     return load_file(str(ckpt / "model.safetensors"))
 
 
-@pytest.mark.parametrize("lora", [False, True])
-def test_kill9_and_resume_gives_identical_weights(data_file, tmp_path, lora):
+@pytest.mark.parametrize("lora,precision", [(False, "fp32"), (True, "fp32"), (False, "bf16")])
+def test_kill9_and_resume_gives_identical_weights(data_file, tmp_path, lora, precision):
     def cmd(run_dir: Path) -> list[str]:
         return [sys.executable, "-m", "posttrain.cli", "sft", "--no-progress", "model=tiny-llama",
                 f"run_dir={run_dir}", "train.steps=6", "train.batch_size=8", "train.save_every=2",
                 "optim.lr=3e-3", "optim.warmup_steps=1", "data.max_seq_len=256", f"lora.enabled={lora}",
+                f"train.precision={precision}",
                 f"data.train=[{{path: {data_file}}}]"]
 
     env = dict(os.environ)

@@ -48,6 +48,32 @@ def test_registry_has_hf_and_builds_it(tiny):
     assert len(out) == 1 and len(out[0][0].token_ids) == len(out[0][0].logprobs) <= 3
 
 
+def test_bf16_sampling_copy_follows_the_trained_weights():
+    """``{type: hf, dtype: bf16}`` decodes from a bf16 copy; sync_weights refreshes it after an
+    update; the fp32 policy itself is untouched and log-probs stay close to fp32 sampling's."""
+    import copy
+
+    policy = copy.deepcopy(load_model("tiny-llama", device="cpu").model)
+    tok = load_model("tiny-llama", device="cpu").tokenizer
+    gen = make_engine({"type": "hf", "dtype": "bf16"}, policy, tok, batch_size=4)
+    assert gen.model is not policy and next(gen.model.parameters()).dtype == torch.bfloat16
+    assert next(policy.parameters()).dtype == torch.float32
+    params = SamplingParams(max_new_tokens=4, seed=0, temperature=1.0)
+    ref = make_engine("hf", policy, tok).generate_ids([[5, 6, 7]], params)[0][0]
+    # sampled from the same stream: where bf16 picks the same tokens, its log-probs are near fp32's
+    got = gen.generate_ids([[5, 6, 7]], params)[0][0]
+    n = next((i for i, (a, b) in enumerate(zip(ref.token_ids, got.token_ids)) if a != b), len(ref.token_ids))
+    assert n >= 1 and max(abs(a - b) for a, b in zip(ref.logprobs[:n], got.logprobs[:n])) < 0.1
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(0.01)
+    sync_weights(gen, policy)
+    for a, b in zip(gen.model.parameters(), policy.parameters()):
+        assert torch.equal(a, b.to(torch.bfloat16))
+    with pytest.raises(ValueError, match="dtype must be fp32 or bf16"):
+        HFGenerator(policy, tok, dtype="fp16")
+
+
 def test_unknown_engine_names_the_known_ones(tiny):
     with pytest.raises(pydantic.ValidationError, match="'hf', 'vllm'"):
         make_engine("nope", tiny.model, tiny.tokenizer)

@@ -1,0 +1,222 @@
+"""Which precision each stage computes in, decided by measuring this machine once.
+
+Why measure: torch's reported CPU capability does not say whether bf16 matmuls are fast. An AMD
+EPYC with ``avx512_bf16`` reports plain "AVX512" (oneDNN still uses the bf16 instructions: a bf16
+matmul runs ~4.5x a fp32 one there), while on an AVX2-only CPU oneDNN emulates bf16 and it is
+~100x *slower* than fp32. So ``precision: auto`` runs a short matmul probe (fp32 and bf16 GFLOP/s
+on 512x512 matrices, one thread, alternating, a few hundred ms) the first time it is needed on a
+machine and caches the figures in ``<cache dir>/precision_probe.json`` under a key made of the CPU
+model, a hash of its flags and the torch version; another machine (or another torch) re-probes.
+``posttrain precision [--refresh]`` prints the probe and the decision per stage.
+
+Speed is half of the decision; the other half is whether the stage's numerics tolerate bf16.
+Measured on the embedded SmolLM2-135M by bench/precision.py (packed 512-token SFT row, 311 target
+tokens, fp32 weights; one loaded run, 2026-11-30: its row in bench/results/precision.jsonl),
+per-token log-prob error against fp32:
+
+===================  =============  ======  =====  =====================
+compute              mean |dlogp|   p99     max    mean |ratio - 1|
+===================  =============  ======  =====  =====================
+bf16 autocast        0.031          0.18    0.47   0.031 (max 0.37)
+bf16 weights         0.044          0.28    0.59   0.044 (max 0.52)
+===================  =============  ======  =====  =====================
+
+* ``sft`` (and the other cross-entropy stages that read no stored log-probs): bf16 autocast where it
+  is faster. A 0.03-nat error per token is noise next to a ~2-nat loss and averages out in the mean;
+  weights, gradients' accumulation and AdamW states stay fp32 (autocast casts per op).
+* ``rl`` (GRPO, RLHF, GenRM, MOPD): fp32. The PG ratio ``exp(logp_train - logp_sampler)`` is exactly
+  1 on-policy; bf16 moves it by 3% on average and 18% at the 99th percentile, the size of the clip
+  range (0.2/0.28), so clipping would fire on tokens that are on-policy.
+* ``dpo``: fp32. Its margin is a difference of sequence log-prob sums (policy minus reference), in
+  which per-token bf16 errors add up rather than average out.
+* ``sampling`` (the HF engine's weights): fp32 by default, because the sampler's log-probs are the
+  behaviour policy the RL ratio divides by; ``rollout.engine: {type: hf, dtype: bf16}`` opts in
+  (bench/rollout_throughput.py reports the speed and the log-prob error).
+
+``decide`` is a pure function of the probe figures, so tests inject them (``POSTTRAIN_PRECISION_PROBE
+="fp32=100,bf16=450"``, or a ``Probe``) and nothing in a test depends on timing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from posttrain.configs.base import cache_dir
+
+Stage = Literal["sft", "rl", "dpo", "sampling"]
+PROBE_ENV = "POSTTRAIN_PRECISION_PROBE"
+MIN_SPEEDUP = 1.3
+"""bf16 must beat fp32 by this factor in the probe: autocast's casts and fp32 islands (norms,
+softmax, loss) eat part of a small edge."""
+BF16_SAFE: dict[str, bool] = {"sft": True, "rl": False, "dpo": False, "sampling": False}
+"""Whether ``auto`` may use bf16 for the stage when it is faster (the reasons: module docstring)."""
+
+
+@dataclass(frozen=True)
+class Probe:
+    fp32_gflops: float
+    bf16_gflops: float
+    machine: str = ""
+    source: str = "measured"  # measured | cached | injected
+
+    @property
+    def bf16_speedup(self) -> float:
+        return self.bf16_gflops / max(self.fp32_gflops, 1e-9)
+
+
+@dataclass(frozen=True)
+class Decision:
+    precision: str  # "bf16" | "fp32"
+    stage: str
+    reason: str
+    probe: Probe | None = None
+
+    def metrics(self) -> dict[str, object]:
+        """What every run logs (metrics.jsonl's first line, precision.json)."""
+        m: dict[str, object] = {"precision": self.precision, "precision_stage": self.stage,
+                                "precision_reason": self.reason}
+        if self.probe is not None:
+            m.update(probe_fp32_gflops=round(self.probe.fp32_gflops, 1), probe_bf16_gflops=round(self.probe.bf16_gflops, 1),
+                     probe_source=self.probe.source, probe_machine=self.probe.machine)
+        return m
+
+    def line(self) -> str:
+        p = self.probe
+        figures = f" (probe, {p.source}: bf16 {p.bf16_gflops:.0f} vs fp32 {p.fp32_gflops:.0f} GFLOP/s)" if p else ""
+        return f"precision {self.precision} for {self.stage}: {self.reason}{figures}"
+
+
+def decide(probe: Probe, stage: Stage) -> Decision:
+    """bf16 when the probe says it is >= MIN_SPEEDUP faster *and* the stage's numerics allow it."""
+    if stage not in BF16_SAFE:
+        raise ValueError(f"unknown precision stage {stage!r} (one of {', '.join(BF16_SAFE)})")
+    fast = probe.bf16_speedup >= MIN_SPEEDUP
+    if fast and BF16_SAFE[stage]:
+        return Decision("bf16", stage, f"bf16 {probe.bf16_speedup:.1f}x faster than fp32", probe)
+    if not fast:
+        return Decision("fp32", stage, f"bf16 only {probe.bf16_speedup:.2g}x fp32 on this CPU", probe)
+    return Decision("fp32", stage, f"bf16 {probe.bf16_speedup:.1f}x faster but not numerically safe here "
+                    "(models/precision.py)", probe)
+
+
+def machine_key() -> str:
+    """CPU model + a hash of its flags + torch version: what makes probe figures transferable."""
+    import torch
+
+    model, flags = platform.processor() or platform.machine(), ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and ":" in line:
+                model = line.split(":", 1)[1].strip()
+            if line.startswith("flags") and ":" in line:
+                flags = " ".join(sorted(line.split(":", 1)[1].split()))
+                break
+    except OSError:
+        pass
+    digest = hashlib.sha1(flags.encode()).hexdigest()[:10]
+    return f"{model} | flags {digest} | torch {torch.__version__}"
+
+
+def measure(n: int = 512, budget_s: float = 0.3, min_reps: int = 3) -> tuple[float, float]:
+    """(fp32, bf16) best-of square-matmul GFLOP/s on one thread.
+
+    The two dtypes alternate rep by rep, so load from other processes hits both alike, and the best
+    rep is kept (one undisturbed rep is enough); one thread, because the ratio is what is decided on
+    and a second thread on a busy machine waits for the slower core. At least ``min_reps`` each, then
+    until ``budget_s`` has passed (a few hundred ms; ~1 s on an AVX2 CPU, where each bf16 rep is slow).
+    """
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        mats = {dt: (torch.randn(n, n, dtype=dt), torch.randn(n, n, dtype=dt)) for dt in (torch.float32, torch.bfloat16)}
+        for a, b in mats.values():
+            a @ b  # warm-up (oneDNN primitive creation)
+        best = {dt: 0.0 for dt in mats}
+        start, reps = time.perf_counter(), 0
+        while reps < min_reps or time.perf_counter() - start < budget_s:
+            for dt, (a, b) in mats.items():
+                t = time.perf_counter()
+                a @ b
+                best[dt] = max(best[dt], 2 * n**3 / (time.perf_counter() - t))
+            reps += 1
+    finally:
+        torch.set_num_threads(threads)
+    return best[torch.float32] / 1e9, best[torch.bfloat16] / 1e9
+
+
+def _injected(text: str) -> Probe:
+    try:
+        parts = dict(p.split("=", 1) for p in text.replace(" ", "").split(","))
+        return Probe(float(parts["fp32"]), float(parts["bf16"]), "injected", "injected")
+    except (KeyError, ValueError):
+        raise ValueError(f"{PROBE_ENV}={text!r}: expected 'fp32=<GFLOP/s>,bf16=<GFLOP/s>'") from None
+
+
+def machine_probe(refresh: bool = False) -> Probe:
+    """This machine's probe: injected (``$POSTTRAIN_PRECISION_PROBE``), cached, or measured now and
+    cached. A cache that cannot be read or written is re-measured, never an error."""
+    text = os.environ.get(PROBE_ENV)
+    if text:
+        return _injected(text)
+    key = machine_key()
+    path = cache_dir() / "precision_probe.json"
+    try:
+        cached = json.loads(path.read_text())
+        if not isinstance(cached, dict):
+            cached = {}
+    except (OSError, ValueError):
+        cached = {}
+    row = cached.get(key)
+    if not refresh and isinstance(row, dict) and {"fp32_gflops", "bf16_gflops"} <= row.keys():
+        return Probe(float(row["fp32_gflops"]), float(row["bf16_gflops"]), key, "cached")
+    fp32, bf16 = measure()
+    cached[key] = {"fp32_gflops": fp32, "bf16_gflops": bf16, "time": time.time()}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(cached, indent=1))
+        tmp.replace(path)
+    except OSError:
+        pass
+    return Probe(fp32, bf16, key, "measured")
+
+
+def resolve(precision: str, stage: Stage, device: str = "cpu") -> Decision:
+    """The precision a stage runs in: an explicit ``bf16``/``fp32`` wins; ``auto`` decides."""
+    if precision in ("bf16", "fp32"):
+        return Decision(precision, stage, "set in the config")
+    if precision != "auto":
+        raise ValueError(f"precision must be auto, bf16 or fp32, got {precision!r}")
+    if device.startswith("cuda"):
+        import torch
+
+        ok = torch.cuda.is_bf16_supported() and BF16_SAFE[stage]
+        return Decision("bf16" if ok else "fp32", stage, "CUDA" + ("" if ok else ": fp32 for this stage"))
+    return decide(machine_probe(), stage)
+
+
+def attention_for(model: object, precision: str, device: str) -> str | None:
+    """Switch a CPU model that trains in bf16 from sdpa to eager attention; returns the new setting.
+
+    Measured (docs/benchmarks.md, "SFT attention"): over a packed 512-token row, torch's CPU
+    flash-attention kernel under the block-diagonal mask is slower in bf16 than eager attention's
+    bf16 matmuls (fwd+bwd of one row 4.5 s vs 5.9 s on one loaded core; in fp32 they tie, so fp32
+    keeps sdpa). Hybrid (Mamba) models are left alone. The setting is not saved in checkpoints.
+    """
+    from posttrain.models.facts import is_hybrid
+
+    config = getattr(model, "config", None)
+    if (precision != "bf16" or device != "cpu" or is_hybrid(model)
+            or getattr(config, "_attn_implementation", None) != "sdpa" or not hasattr(model, "set_attn_implementation")):
+        return None
+    model.set_attn_implementation("eager")  # type: ignore[attr-defined]
+    return "eager"

@@ -1,0 +1,107 @@
+"""``precision: auto``: the decision is a pure function of injected probe figures (no timing here);
+the probe is cached per machine key; every run logs what it ran in."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from posttrain.models import precision as P
+from posttrain.models.precision import Probe, decide, resolve
+
+FAST_BF16 = Probe(fp32_gflops=110.0, bf16_gflops=495.0, source="injected")  # AMD EPYC with avx512_bf16
+AVX2 = Probe(fp32_gflops=175.0, bf16_gflops=1.0, source="injected")  # bf16 emulated by oneDNN
+
+
+def test_fast_bf16_machine_uses_bf16_only_where_numerically_safe():
+    assert {s: decide(FAST_BF16, s).precision for s in ("sft", "rl", "dpo", "sampling")} == {
+        "sft": "bf16", "rl": "fp32", "dpo": "fp32", "sampling": "fp32"}
+    assert "not numerically safe" in decide(FAST_BF16, "rl").reason
+
+
+def test_avx2_machine_uses_fp32_everywhere():
+    for s in ("sft", "rl", "dpo", "sampling"):
+        d = decide(AVX2, s)
+        assert d.precision == "fp32" and "0.0057x" in d.reason
+
+
+def test_a_small_edge_is_not_enough():
+    assert decide(Probe(100.0, 100.0 * P.MIN_SPEEDUP * 0.99), "sft").precision == "fp32"
+    assert decide(Probe(100.0, 100.0 * P.MIN_SPEEDUP), "sft").precision == "bf16"
+    with pytest.raises(ValueError, match="unknown precision stage"):
+        decide(FAST_BF16, "pretrain")  # type: ignore[arg-type]
+
+
+def test_explicit_precision_wins_and_env_injection_is_parsed(monkeypatch):
+    monkeypatch.setenv(P.PROBE_ENV, "fp32=110, bf16=495")
+    assert resolve("auto", "sft").precision == "bf16"
+    assert resolve("fp32", "sft").precision == "fp32" and resolve("bf16", "rl").precision == "bf16"
+    d = resolve("auto", "sft")
+    assert d.metrics()["probe_bf16_gflops"] == 495.0 and d.metrics()["probe_source"] == "injected"
+    monkeypatch.setenv(P.PROBE_ENV, "fast")
+    with pytest.raises(ValueError, match="expected 'fp32=<GFLOP/s>,bf16=<GFLOP/s>'"):
+        resolve("auto", "sft")
+
+
+def test_probe_runs_once_per_machine_and_is_cached(monkeypatch, tmp_path):
+    monkeypatch.delenv(P.PROBE_ENV, raising=False)
+    monkeypatch.setenv("POSTTRAIN_CACHE", str(tmp_path))
+    calls = []
+    monkeypatch.setattr(P, "measure", lambda: calls.append(1) or (110.0, 495.0))
+    monkeypatch.setattr(P, "machine_key", lambda: "cpu A")
+    first, again = P.machine_probe(), P.machine_probe()
+    assert (first.source, again.source, len(calls)) == ("measured", "cached", 1)
+    assert again.bf16_gflops == 495.0
+    monkeypatch.setattr(P, "machine_key", lambda: "cpu B")  # another CPU / flags / torch: probe again
+    assert P.machine_probe().source == "measured" and len(calls) == 2
+    assert set(json.loads((tmp_path / "precision_probe.json").read_text())) == {"cpu A", "cpu B"}
+    (tmp_path / "precision_probe.json").write_text("{not json")  # a damaged cache is re-measured
+    assert P.machine_probe().source == "measured" and len(calls) == 3
+
+
+def test_machine_key_names_cpu_flags_and_torch():
+    import torch
+
+    key = P.machine_key()
+    assert "flags" in key and torch.__version__ in key
+
+
+def test_every_run_logs_the_decision(monkeypatch, tmp_path):
+    """An SFT run on a fast-bf16 machine trains in bf16, an RL run on it in fp32; both say so."""
+    from posttrain.configs import load_config
+    from posttrain.configs.rl import RLConfig
+    from posttrain.configs.sft import SFTConfig
+    from posttrain.data.conversations import write_jsonl
+    from posttrain.data.synthetic import arithmetic_rows
+    from posttrain.train.metrics import read_metrics
+    from posttrain.train.rl import train_rl
+    from posttrain.train.sft import train_sft
+
+    monkeypatch.setenv(P.PROBE_ENV, "fp32=110,bf16=495")
+    data = tmp_path / "a.jsonl"
+    write_jsonl(arithmetic_rows(16, seed=0, max_digits=1), data)
+    sft = load_config(SFTConfig, None, ["model=tiny-llama", f"run_dir={tmp_path / 'sft'}", "train.steps=1",
+                                        "train.batch_size=4", "train.threads=1", f"data.train=[{{path: {data}}}]"])
+    train_sft(sft, progress=False)
+    rl = load_config(RLConfig, None, ["model=tiny-llama", f"run_dir={tmp_path / 'rl'}", "train.steps=1",
+                                      "train.eval_every=0", "train.threads=1", "rollout.prompts_per_step=2",
+                                      "rollout.max_new_tokens=4", "algo.overlong_filter=false"])
+    train_rl(rl, progress=False)
+    for run, want in (("sft", "bf16"), ("rl", "fp32")):
+        first = next(r for r in read_metrics(tmp_path / run) if "precision" in r)
+        assert first["step"] == 1 and first["precision"] == want and first["probe_bf16_gflops"] == 495.0, run
+        assert json.loads((tmp_path / run / "precision.json").read_text())["precision"] == want
+
+
+def test_bf16_training_on_cpu_uses_eager_attention_and_fp32_keeps_sdpa():
+    from posttrain.models.loading import load_model
+    from posttrain.models.precision import attention_for
+
+    tiny = load_model("tiny-llama", device="cpu").model
+    assert tiny.config._attn_implementation == "sdpa"
+    assert attention_for(tiny, "fp32", "cpu") is None and tiny.config._attn_implementation == "sdpa"
+    assert attention_for(tiny, "bf16", "cuda") is None
+    assert attention_for(tiny, "bf16", "cpu") == "eager" and tiny.config._attn_implementation == "eager"
+    hybrid = load_model("tiny-nemotronh", device="cpu").model
+    assert attention_for(hybrid, "bf16", "cpu") is None
