@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from posttrain.engines.base import TokenEngine
 from posttrain.scale.weight_sync import make_sync
 
 
@@ -57,6 +58,31 @@ def in_process_order(rollouts: list[Any], env_order: list[str]) -> list[Any]:
     return sorted(rollouts, key=lambda r: (rank[r.env], r.group))
 
 
+class WorkerEngine(TokenEngine):
+    """The rollout workers as one engine, for validation and re-profiling on the trainer's side:
+    prompts (token ids, each with its own seed) are split between the workers, which sample from
+    the newest published weights. ``tokenizer`` and ``model`` (read for its config only) are the
+    trainer's."""
+
+    def __init__(self, workers: list[Any], model: Any, tokenizer: Any, batch_size: int) -> None:
+        self.workers, self.model, self.tokenizer, self.batch_size = workers, model, tokenizer, batch_size
+
+    def generate_ids(self, prompt_ids: Any, params: Any, seeds: Any = None) -> list[list[Any]]:
+        import ray
+
+        from posttrain.engines.hf import row_seed
+
+        if seeds is None:  # as the engines do: a base seed, one stream per prompt position
+            import secrets
+
+            base = params.seed if params.seed is not None else secrets.randbits(62)
+            seeds = [row_seed(base, i) for i in range(len(prompt_ids))]
+        parts = split_picks(len(prompt_ids), len(self.workers))
+        refs = [self.workers[w].generate_ids.remote(list(prompt_ids[a:b]), params, list(seeds[a:b]))
+                for w, (a, b) in enumerate(parts)]
+        return [c for part in ray.get(refs) for c in part]
+
+
 @dataclass
 class Pending:
     step: int
@@ -72,6 +98,9 @@ class RayRollouts:
         self.inflight: dict[int, Pending] = {}
         self.version = t.start - 1
         self.publish(t.model)  # version = t.start: the weights the first batch samples from
+
+    def engine(self) -> WorkerEngine:
+        return WorkerEngine(self.roles.rollout, self.t.model, self.t.tokenizer, self.cfg.rollout.batch_size)
 
     def publish(self, model: Any) -> None:
         import ray

@@ -115,6 +115,11 @@ class RolloutWorker:
                                            group_offset)
         return rollouts, {"time_generate_s": t_gen, "time_weights_s": t_weights}
 
+    def generate_ids(self, prompt_ids: list[list[int]], params: Any, seeds: list[int]) -> list[list[Any]]:
+        """The engine's ``generate_ids`` on the newest weights (validation, re-profiling)."""
+        self._newest_weights()
+        return self.generator.generate_ids(prompt_ids, params, seeds=seeds)
+
     def _maybe_die(self, step: int) -> None:
         """Test hook: SIGKILL this process the first time it samples step STEP (MARKER records it)."""
         if not self.fault:

@@ -211,17 +211,17 @@ class RLStage:
         self.scorers = [reward if reward is not None else VerifierReward(self.envs), *scorers]
         self.tasks = TaskSchedule(cfg, self.envs)
         self.estimator = make_advantage(cfg.algo.advantage)
-        # with a rollout source (Ray workers) the trainer's own engine only validates and re-profiles:
-        # the in-process HF engine over the live weights, never a second vLLM beside the workers'
-        engine = cfg.rollout.engine if source is None else "hf"
-        self.generator = make_engine(engine, t.model, t.tokenizer, batch_size=cfg.rollout.batch_size)
         self.pack = use_packing(t.model, cfg.train.pack)
         self.skip = cfg.algo.skip_zero_advantage and not dense_loss
         self.best = BestCheckpoint(t.run_dir)
         self.current: RLStep | None = None
-        self.source = source(t, self.plan) if source is not None else None
-        if self.source is not None and reward is not None:
+        if source is not None and reward is not None:
             raise ValueError("a custom reward scorer runs in process only (scale.backend: inprocess)")
+        self.source = source(t, self.plan) if source is not None else None
+        # validation and re-profiling sample through the same engine as training: the rollout
+        # workers' (on the newest weights) when there is a source, else this process's
+        self.generator = (self.source.engine() if self.source is not None else
+                          make_engine(cfg.rollout.engine, t.model, t.tokenizer, batch_size=cfg.rollout.batch_size))
 
     def plan(self, step: int) -> tuple[list[tuple[str, Any]], int]:
         """A step's prompts and sampling seed: functions of (seed, step), so a rollout source may

@@ -22,3 +22,25 @@ class EvenLengthEnv(Environment):
 
 if EvenLengthEnv.name not in ENVIRONMENTS:
     ENVIRONMENTS.register(EvenLengthEnv.name)(EvenLengthEnv)
+
+
+class VowelShareEnv(Environment):
+    """Reward = the share of the reply's characters that are vowels or spaces: a graded signal a
+    tiny random model can climb, so held-out (greedy) reward tells runs apart (bench/scale_rl.py)."""
+
+    name = "test_vowel_share_ray"
+    domain = "test"
+
+    def tasks(self, split="train", n=None, seed=0):
+        return [Task(id=f"vowel/{split}/{seed}/{i}", domain="test",
+                     messages=[{"role": "user", "content": f"Say something about {i} in {split}."}])
+                for i in range(n or 16)]
+
+    def verify(self, task, messages):
+        text = final_answer_text(messages)
+        share = sum(c in "aeiou " for c in text.lower()) / max(len(text), 1)
+        return VerifyResult(round(share, 4), reason=f"{share:.2f} vowels")
+
+
+if VowelShareEnv.name not in ENVIRONMENTS:
+    ENVIRONMENTS.register(VowelShareEnv.name)(VowelShareEnv)

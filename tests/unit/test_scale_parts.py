@@ -83,3 +83,14 @@ def test_apply_weights_is_strict():
     named.pop(next(iter(named)))
     with pytest.raises(RuntimeError, match="Missing key"):
         apply_weights(_Engine(model), named)
+
+
+@pytest.mark.parametrize("recipe", ["recipes/gpu/rl_8gpu.yaml", "recipes/gpu/rl_multinode.yaml"])
+def test_gpu_recipes_validate_and_say_untested(recipe):
+    from pathlib import Path
+
+    text = Path(recipe).read_text()
+    assert text.startswith("# UNTESTED here (no GPU)")
+    cfg = load_config(RLConfig, recipe, [])
+    assert cfg.scale.backend == "ray" and cfg.rollout.engine.type == "vllm" and cfg.scale.weight_sync.type == "nccl"
+    assert cfg.scale.rollout.num_gpus == 1 and cfg.scale.trainer.num_gpus == 1
