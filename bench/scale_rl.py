@@ -53,14 +53,16 @@ def run_one(args, name: str, seed: int, over: list[str], root: Path) -> dict:
     from posttrain.scale.controller import run_rl
 
     run_dir = root / f"{name}_s{seed}"
-    env = ("{name: test_vowel_share_ray, train_tasks: 64, val_tasks: 32}" if args.env == "vowels"
-           else f"{{name: {args.env}, train_tasks: 64, val_tasks: 16}}")
+    if run_dir.exists():  # a run directory left from before would be resumed, not re-run
+        raise SystemExit(f"{run_dir} exists: pass a new --out")
+    env = (f"{{name: test_vowel_share_ray, train_tasks: 64, val_tasks: {args.val_tasks}}}" if args.env == "vowels"
+           else f"{{name: {args.env}, train_tasks: 64, val_tasks: {args.val_tasks}}}")
     cfg = load_config(RLConfig, None, [
         f"model={args.model}", f"run_dir={run_dir}", f"train.steps={args.steps}", f"train.eval_every={args.steps}",
         "train.save_every=0", f"train.seed={seed}", "train.plot=false", "train.threads=1",
         f"rollout.prompts_per_step={args.prompts}", "rollout.group_size=4", f"rollout.max_new_tokens={args.max_new_tokens}",
         f"rollout.batch_size={args.prompts * 4}", "algo.overlong_filter=false", f"optim.lr={args.lr}", f"envs=[{env}]",
-        "scale.worker_imports=[tests.integration.scale_env]", *over])
+        "scale.worker_imports=[tests.integration.scale_env]", *args.extra, *over])
     t0 = time.perf_counter()
     run_rl(cfg, progress=False)
     wall = time.perf_counter() - t0
@@ -115,13 +117,16 @@ def plot(results: list[dict], path: Path) -> None:
     names = list(dict.fromkeys(r["variant"] for r in results if r["variant"] != "inprocess"))
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     width = 0.8 / len(names)
+    max_k = max([int(s) for r in results for s in r["staleness"]] + [0])
     for i, n in enumerate(names):
         st = [int(s) for r in results if r["variant"] == n for s in r["staleness"]]
         drop = sum(r["stale_batches_dropped"] for r in results if r["variant"] == n)
-        ks = list(range(max(st + [0]) + 2))
+        ks = list(range(max_k + 2))
         counts = [st.count(k) for k in ks[:-1]] + [drop]
         ax1.bar([k + i * width for k in ks], counts, width, label=n)
-    ax1.set_xlabel("staleness of trained batches (policy versions); last bar: stale batches dropped")
+    ax1.set_xticks([k + width * (len(names) - 1) / 2 for k in range(max_k + 2)],
+                   [str(k) for k in range(max_k + 1)] + ["dropped"])
+    ax1.set_xlabel("staleness of trained batches (policy versions), and stale batches dropped")
     ax1.set_ylabel("batches (all seeds)")
     ax1.legend(fontsize=8)
     ax1.set_title("staleness histogram")
@@ -154,7 +159,9 @@ def main() -> None:
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--async", dest="asyncs", nargs="+", default=["1:1", "2:1"], help="AHEAD:MAX_STALENESS")
-    p.add_argument("--out", default="/tmp/scale_rl")
+    p.add_argument("--val-tasks", type=int, default=32)
+    p.add_argument("--extra", nargs="*", default=[], help="more config overrides, e.g. rollout.reasoning=false")
+    p.add_argument("--out", default=f"/tmp/scale_rl_{int(time.time())}")
     p.add_argument("--plot", default=str(ROOT / "docs" / "results" / "scale_async.png"))
     args = p.parse_args()
 
@@ -179,7 +186,8 @@ def main() -> None:
     load1 = os.getloadavg()
     plot(results, Path(args.plot))
 
-    what = f"{args.model}, env {args.env}, {args.steps} steps x {args.prompts}x4 rollouts, {len(args.seeds)} seeds"
+    what = (f"{args.model}, env {args.env}, {args.steps} steps x {args.prompts}x4 rollouts, lr {args.lr:g}, "
+            f"{len(args.seeds)} seeds")
     for seed in args.seeds:
         a = next(r for r in results if r["variant"] == "inprocess" and r["seed"] == seed)
         b = next(r for r in results if r["variant"] == "ray_sync" and r["seed"] == seed)
@@ -202,7 +210,7 @@ def main() -> None:
     for r in results:
         append_row(RESULTS, {k: v for k, v in r.items() if k not in ("metrics", "run_dir")} | {
             "bench": "scale_rl", "model": args.model, "env": args.env, "steps": args.steps, "prompts": args.prompts,
-            "max_new_tokens": args.max_new_tokens, "lr": args.lr, "load_avg_1m_start": round(load0[0], 2),
+            "max_new_tokens": args.max_new_tokens, "lr": args.lr, "extra": args.extra, "load_avg_1m_start": round(load0[0], 2),
             "load_avg_1m_end": round(load1[0], 2), "cpus": os.cpu_count(), "time": time.time()})
 
 

