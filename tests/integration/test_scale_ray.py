@@ -4,6 +4,7 @@ tiny random Llama with a stand-in environment the actors import (``scale_env``).
 * Synchronous Ray vs in process: the same metrics and the same final weights for a fixed seed.
 * A rollout worker SIGKILLed mid-run is restarted by Ray, its call retried: the run ends with the
   same metrics and weights as the run that was not interrupted (nothing lost).
+* A Ray run stopped after step 2 and started again resumes from its checkpoint to the same weights.
 * Asynchronous sampling: batches older than ``max_staleness`` are dropped and counted; every batch
   trained on is within the bound; the importance-sampling metrics are logged.
 * The object-store weight sync round trip across processes.
@@ -73,6 +74,15 @@ def test_killed_rollout_worker_is_restarted_and_nothing_is_lost(sync_runs, tmp_p
     assert marker.exists(), "the fault hook did not fire"
     assert _metrics(tmp_path / "run") == _metrics(sync_runs / "ray")
     wa, wb = _weights(tmp_path / "run"), _weights(sync_runs / "ray")
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_ray_run_stopped_and_resumed_ends_with_the_same_weights(sync_runs, tmp_path):
+    cfg = _cfg(tmp_path, "scale.backend=ray", "train.save_every=1")
+    run_rl(cfg, progress=False, stop_after=2)  # as if the trainer had been killed after step 2
+    run_rl(cfg, progress=False)  # the same command again: resumes from step 2's checkpoint
+    assert _metrics(tmp_path)[-1] == _metrics(sync_runs / "ray")[-1]
+    wa, wb = _weights(tmp_path), _weights(sync_runs / "ray")
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
