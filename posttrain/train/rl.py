@@ -23,6 +23,11 @@ Algorithm (docs/recipe.md §2), one synchronous on-policy step:
    the sampler's log-probs); clipping; AdamW; the rollout engine gets the new weights. NemotronH:
    router weights are frozen, the aux-loss-free expert biases follow the training passes' load.
 
+Scale-out (``scale.backend: ray``, ``posttrain/scale/``): the same stage runs in a Ray trainer actor
+with a rollout *source* in place of its own engine — rollout and verification workers sample and
+grade steps 2–3, possibly ahead of the trainer (``scale.ahead``, bounded staleness) — and
+``after_update`` publishes the weights through it. Synchronous Ray gives this loop's metrics exactly.
+
 Validation (greedy, a few tasks per environment) runs every ``train.eval_every`` steps; the best
 mean validation reward is kept in ``<run_dir>/best``, each task's reward and reason in
 ``<run_dir>/validation/step_N.jsonl`` (``posttrain validate --against`` compares two). Checkpoints
