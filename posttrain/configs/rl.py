@@ -10,6 +10,7 @@ from posttrain.configs.base import StrictModel
 from posttrain.configs.plugins import (AdvantageConfig, EngineConfig, GRPOAdvantageConfig, HFEngineConfig,
                                        LossConfig, LossTermConfig, PGLossConfig, fill_default_types,
                                        renamed)
+from posttrain.configs.scale import ScaleConfig
 from posttrain.configs.train import LoopConfig, MoEConfig, OptimConfig
 
 
@@ -182,3 +183,6 @@ class RLConfig(StrictModel):
     moe: MoEConfig = Field(default_factory=MoEConfig)
     """Only ``bias_update_rate`` is used: routers are frozen in RL (no balance loss)."""
     train: RLTrainConfig = Field(default_factory=RLTrainConfig)
+    scale: ScaleConfig = Field(default_factory=ScaleConfig)
+    """Where the roles run: ``{backend: inprocess}`` (default) or ``{backend: ray, ...}`` with
+    per-role resources, the weight-sync backend and asynchronous sampling (docs/scale.md)."""

@@ -293,11 +293,16 @@ class VLLMGenerator(TokenEngine):
     def update_weights(self, model: Any) -> None:
         """Copy the trainer's weights into the engine, then drop the prefix cache: its KV blocks were
         computed with the old weights and would otherwise be reused for the next prompts."""
+        self.load_weights([(name, t.detach()) for name, t in model.state_dict().items()])
+        self.model = model
+
+    def load_weights(self, weights: list[tuple[str, Any]]) -> None:
+        """Named HF tensors into the engine (a weight-sync backend's payload, ``scale/weight_sync.py``),
+        then the prefix cache dropped, as in ``update_weights``."""
         if self.llm is None:
             raise RuntimeError("this VLLMGenerator is closed")
-        push_weights(self.llm, [(name, t.detach()) for name, t in model.state_dict().items()])
+        push_weights(self.llm, weights)
         self.llm.reset_prefix_cache()
-        self.model = model
 
     def close(self) -> None:
         """Free the engine's memory (GPU or host) and its weights directory."""

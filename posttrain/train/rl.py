@@ -23,6 +23,11 @@ Algorithm (docs/recipe.md §2), one synchronous on-policy step:
    the sampler's log-probs); clipping; AdamW; the rollout engine gets the new weights. NemotronH:
    router weights are frozen, the aux-loss-free expert biases follow the training passes' load.
 
+Scale-out (``scale.backend: ray``, ``posttrain/scale/``): the same stage runs in a Ray trainer actor
+with a rollout *source* in place of its own engine — rollout and verification workers sample and
+grade steps 2–3, possibly ahead of the trainer (``scale.ahead``, bounded staleness) — and
+``after_update`` publishes the weights through it. Synchronous Ray gives this loop's metrics exactly.
+
 Validation (greedy, a few tasks per environment) runs every ``train.eval_every`` steps; the best
 mean validation reward is kept in ``<run_dir>/best``, each task's reward and reason in
 ``<run_dir>/validation/step_N.jsonl`` (``posttrain validate --against`` compares two). Checkpoints
@@ -66,6 +71,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from posttrain.configs.rl import AlgoConfig, RLConfig
+from posttrain.errors import UserError
 from posttrain.episodes.collect import Rollout, Sampling, sampling_temperature
 from posttrain.train.loop import StepBatch, Trainer
 
@@ -197,7 +203,7 @@ class RLStage:
     balance_loss = False  # routers are frozen in RL; only the expert biases move
 
     def __init__(self, cfg: RLConfig, t: Trainer, scorers: Sequence[Any], dense_loss: bool,
-                 envs: dict[str, Any] | None = None, reward: Any = None) -> None:
+                 envs: dict[str, Any] | None = None, reward: Any = None, source: Any = None) -> None:
         from posttrain.algos.advantages import make_advantage
         from posttrain.engines.registry import make_engine
         from posttrain.envs.build import build_envs
@@ -211,11 +217,24 @@ class RLStage:
         self.scorers = [reward if reward is not None else VerifierReward(self.envs), *scorers]
         self.tasks = TaskSchedule(cfg, self.envs)
         self.estimator = make_advantage(cfg.algo.advantage)
-        self.generator = make_engine(cfg.rollout.engine, t.model, t.tokenizer, batch_size=cfg.rollout.batch_size)
         self.pack = use_packing(t.model, cfg.train.pack)
         self.skip = cfg.algo.skip_zero_advantage and not dense_loss
         self.best = BestCheckpoint(t.run_dir)
         self.current: RLStep | None = None
+        if source is not None and reward is not None:
+            raise ValueError("a custom reward scorer runs in process only (scale.backend: inprocess)")
+        self.source = source(t, self.plan) if source is not None else None
+        # validation and re-profiling sample through the same engine as training: the rollout
+        # workers' (on the newest weights) when there is a source, else this process's
+        self.generator = (self.source.engine() if self.source is not None else
+                          make_engine(cfg.rollout.engine, t.model, t.tokenizer, batch_size=cfg.rollout.batch_size))
+
+    def plan(self, step: int) -> tuple[list[tuple[str, Any]], int]:
+        """A step's prompts and sampling seed: functions of (seed, step), so a rollout source may
+        draw them ahead of the trainer (asynchronous sampling) and a resumed run draws the same."""
+        from posttrain.engines.hf import row_seed
+
+        return self.tasks.picks(step), row_seed(self.cfg.train.seed, "rl", step)
 
     def sample(self, picks: list[tuple[str, Any]], seed: int, step: int, group_offset: int = 0
                ) -> tuple[list[Rollout], dict[str, float]]:
@@ -224,6 +243,8 @@ class RLStage:
         from posttrain.episodes.collect import collect_rollouts
         from posttrain.scorers.base import run_scorers
 
+        if self.source is not None:  # rollout workers (posttrain/scale): fresh, from the current weights
+            return self.source.sample(picks, seed, step, group_offset)
         r = self.cfg.rollout
         params = SamplingParams(max_new_tokens=r.max_new_tokens, temperature=r.temperature, seed=seed,
                                 reasoning=r.reasoning)
@@ -256,17 +277,21 @@ class RLStage:
         return [r for r in rollouts if r.group not in surplus], stats
 
     def prepare(self, step: int) -> StepBatch:
-        from posttrain.engines.hf import row_seed
         from posttrain.scorers.base import run_scorers
 
-        picks = self.tasks.picks(step)
         # the step's sampling streams are a function of (seed, step): resumable, reproducible
-        rollouts, m = self.sample(picks, row_seed(self.cfg.train.seed, "rl", step), step)
+        picks, seed = self.plan(step)
+        if self.source is not None:  # may have been sampled ahead, from an older policy version
+            rollouts, m = self.source.batch(step, picks, seed)
+        else:
+            rollouts, m = self.sample(picks, seed, step)
         if self.cfg.algo.dynamic_filter and self.cfg.algo.refill_rounds:
             rollouts, extra = self.refill(picks, rollouts, step)
             for k in ("time_generate_s", "time_verify_s"):
                 m[k] += extra.pop(k)
             m.update(extra)
+        # sampled this step, stale batches a rollout source dropped included (equal-token comparisons)
+        m["tokens_sampled"] = float(sum(r.response_tokens for r in rollouts)) + m.get("stale_tokens_dropped", 0.0)
         t0 = time.perf_counter()
         batch, filt = filtered_batch(rollouts, self.cfg.algo)
         m.update(run_scorers(self.scorers, "signal", rollouts, batch), groups_dropped=filt["groups_dropped"])
@@ -286,6 +311,8 @@ class RLStage:
         from posttrain.engines.registry import sync_weights
 
         sync_weights(self.generator, self.t.model)  # an external engine (vllm) gets the new weights
+        if self.source is not None:  # rollout workers get them through the weight-sync backend
+            self.source.publish(self.t.model)
 
     def end_step(self, done: int, batch: StepBatch, m: dict[str, Any]) -> dict[str, Any]:
         assert self.current is not None
@@ -341,11 +368,13 @@ class RLResult:
 
 
 def train_rl(cfg: RLConfig, progress: bool = True, stop_after: int | None = None,
-             scorers: Sequence[Any] = (), reward: Any = None) -> RLResult:
+             scorers: Sequence[Any] = (), reward: Any = None, source: Any = None) -> RLResult:
     """Run the stage (see the module docstring). ``scorers`` run after the verifier (MOPD's
     target log-probs); ``reward``: a reward-phase scorer *instead of* the verifier (RLHF's GenRM;
     a function of the trainer, ``reward(t)``, so it may use the policy's tokenizer); ``stop_after``
-    (tests) returns right after that step as if killed there."""
+    (tests) returns right after that step as if killed there. ``source(t, plan)``: builds where the
+    rollouts come from instead of the stage's own engine (``scale/rollouts.py``: Ray rollout and
+    verification workers; it has ``batch``, ``sample``, ``publish`` and ``close``)."""
     from posttrain.algos.losses import make_loss
     from posttrain.envs.build import build_envs
     from posttrain.train import loop
@@ -353,6 +382,9 @@ def train_rl(cfg: RLConfig, progress: bool = True, stop_after: int | None = None
     from posttrain.train.rl_curriculum import check_profile
 
     t_start = time.time()
+    if cfg.scale.backend != "inprocess" and source is None:  # never a silent in-process run
+        raise UserError(f"scale.backend: {cfg.scale.backend} runs through `posttrain rl` (posttrain/scale/controller.py);"
+                        " this stage runs in process only: set scale.backend=inprocess")
     loss_fn = make_loss(cfg.algo.loss, cfg.algo.loss_terms)
     # what the config names outside itself (environments, servers, the profile) is checked before
     # the model loads: a wrong name or a dead URL fails in seconds with one line
@@ -360,7 +392,11 @@ def train_rl(cfg: RLConfig, progress: bool = True, stop_after: int | None = None
     check_profile(cfg)
     t = loop.setup(cfg, freeze_routers=True, numerics="rl")
     stage = RLStage(cfg, t, scorers, dense_loss=loss_fn.dense, envs=envs,
-                    reward=reward(t) if reward is not None else None)
-    last = loop.run(t, stage, loss_fn, progress, stop_after)
+                    reward=reward(t) if reward is not None else None, source=source)
+    try:
+        last = loop.run(t, stage, loss_fn, progress, stop_after)
+    finally:
+        if stage.source is not None:
+            stage.source.close()
     return RLResult(t.run_dir, latest_checkpoint(t.run_dir), cfg.train.steps, stage.best.step, stage.best.val_reward,
                     time.time() - t_start, last)

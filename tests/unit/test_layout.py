@@ -23,7 +23,7 @@ def _functions(path: Path):
             yield node.name, node.end_lineno - node.lineno + 1  # type: ignore[operator]
 
 
-@pytest.mark.parametrize("folder", ["train", "distill", "engines", "episodes", "scorers"])
+@pytest.mark.parametrize("folder", ["train", "distill", "engines", "episodes", "scorers", "scale"])
 def test_no_function_over_80_lines(folder):
     long = [(f.name, name, n) for f in (PKG / folder).glob("*.py") for name, n in _functions(f) if n > 80]
     assert not long, long
@@ -46,6 +46,7 @@ def test_no_distillation_branches_in_the_loop_or_the_losses():
 
 def test_configs_import_without_torch():
     code = ("import sys; import posttrain.configs.sft, posttrain.configs.rl, posttrain.configs.distill, "
-            "posttrain.configs.pipeline, posttrain.configs.plugins, posttrain.configs.rlhf, posttrain.configs.dpo; "
+            "posttrain.configs.pipeline, posttrain.configs.plugins, posttrain.configs.rlhf, posttrain.configs.dpo, "
+            "posttrain.configs.scale; "
             "assert 'torch' not in sys.modules, 'configs pulled in torch'")
     subprocess.run([sys.executable, "-c", code], check=True)

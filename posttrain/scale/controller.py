@@ -1,0 +1,94 @@
+"""The single controller of an RL run: ``posttrain rl`` in this process or on Ray, by one switch.
+
+``scale.backend: inprocess`` runs ``train/rl.py: train_rl`` as it always has. ``scale.backend:
+ray`` joins (``scale.address``) or starts a Ray instance, places one actor per role with the
+resources the config gives it (``configs/scale.py``: ``rollout``, ``verifier``, ``trainer``;
+fractional CPUs here, GPUs on a node), starts the weight store, hands the trainer actor the other
+actors' handles, and waits for the run. The trainer actor runs the same loop and the same RL stage;
+only the stage's rollout source differs (``scale/rollouts.py``). What the config names outside
+itself (environments, the curriculum profile) is checked here, before any actor starts.
+
+Rollout and verifier actors are restarted by Ray when they die (``scale.max_restarts``), and their
+calls retried; the trainer actor is not (a killed trainer resumes from its last checkpoint when the
+same command is run again, as in process). Every actor is killed when the run ends, and a Ray
+instance started here is shut down.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Any
+
+from posttrain.configs.rl import RLConfig
+from posttrain.scale.workers import (ROLLOUT_FAULT_ENV, Roles, RolloutWorker, TrainerWorker, VerifierWorker,
+                                     WeightStore)
+from posttrain.train.rl import RLResult, train_rl
+
+
+def init_ray(cfg: RLConfig) -> bool:
+    """Connect to (or start) Ray; True when this call started it (and must shut it down)."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    s = cfg.scale
+    ray.init(address=s.address, num_cpus=s.num_cpus if s.address is None else None,
+             include_dashboard=False, logging_level="WARNING")
+    return True
+
+
+def _options(role: Any, restarts: int) -> dict[str, Any]:
+    opts = {"num_cpus": role.num_cpus, "num_gpus": role.num_gpus, "max_restarts": restarts,
+            "max_task_retries": restarts}
+    if role.python:  # another virtualenv (vLLM's pins): same Python and Ray, this checkout on its path
+        opts["runtime_env"] = {"py_executable": role.python,
+                               "env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", "")}}
+    return opts
+
+
+def start_roles(cfg: RLConfig) -> tuple[Roles, Any]:
+    """The rollout, verifier and weight-store actors, and the trainer actor."""
+    import ray
+
+    s = cfg.scale
+    name = f"posttrain-weights-{uuid.uuid4().hex[:12]}"
+    store = ray.remote(WeightStore).options(num_cpus=0, name=name).remote()
+    fault = os.environ.get(ROLLOUT_FAULT_ENV)
+    rollout = [ray.remote(RolloutWorker).options(**_options(s.rollout, s.max_restarts)).remote(cfg, name, i, fault)
+               for i in range(s.rollout.count)]
+    verifier = [ray.remote(VerifierWorker).options(**_options(s.verifier, s.max_restarts)).remote(cfg)
+                for _ in range(s.verifier.count)]
+    trainer = ray.remote(TrainerWorker).options(**_options(s.trainer, 0)).remote(cfg)
+    return Roles(rollout, verifier, store), trainer
+
+
+def run_rl(cfg: RLConfig, progress: bool = True, stop_after: int | None = None) -> RLResult:
+    """``posttrain rl``: in process, or on Ray (see the module docstring)."""
+    if cfg.scale.backend == "inprocess":
+        return train_rl(cfg, progress=progress, stop_after=stop_after)
+    import ray
+
+    from posttrain.envs.build import build_envs
+    from posttrain.train.rl_curriculum import check_profile
+
+    for name in cfg.scale.worker_imports:
+        __import__(name)
+    build_envs(cfg.envs)  # a wrong environment name or a dead server: one line, before Ray starts
+    check_profile(cfg)
+    started = init_ray(cfg)
+    roles, trainer = None, None
+    try:
+        roles, trainer = start_roles(cfg)
+        try:
+            return ray.get(trainer.run.remote(cfg, roles, progress, stop_after))
+        except ray.exceptions.RayTaskError as e:  # the trainer's own error (a UserError: one line), unwrapped
+            if isinstance(e.cause, Exception):
+                raise e.cause from None
+            raise
+    finally:
+        for actor in ([trainer] if trainer is not None else []) + (
+                roles.rollout + roles.verifier + [roles.store] if roles is not None else []):
+            ray.kill(actor, no_restart=True)
+        if started:
+            ray.shutdown()
