@@ -118,8 +118,11 @@ def _iter_logits(model: Any, data: list[dict[str, torch.Tensor]]) -> Iterator[tu
 @torch.no_grad()
 def collect_amax(model: Any, data: list[dict[str, torch.Tensor]], linears: list[str], kv: list[str]
                  ) -> tuple[dict[str, torch.Tensor], dict[str, tuple[torch.Tensor, torch.Tensor]]]:
-    """Running max |x| of the listed Linears' inputs and of K/V (k_proj/v_proj outputs). Pad
-    positions are included (their hidden states are ordinary activations of the pad token)."""
+    """Running max |x| of the listed Linears' inputs and of the K (after RoPE) and V that the listed
+    attention modules read. Pad positions are included (their hidden states are ordinary
+    activations of the pad token)."""
+    from posttrain.quant.simulate import observe_kv
+
     amax: dict[str, torch.Tensor] = {}
 
     def track(key: str, t: torch.Tensor) -> None:
@@ -130,10 +133,7 @@ def collect_amax(model: Any, data: list[dict[str, torch.Tensor]], linears: list[
     for name in linears:
         mod = model.get_submodule(name)
         handles.append(mod.register_forward_pre_hook(lambda _m, inp, n=name: track(n, inp[0])))
-    for attn in kv:
-        for p in ("k", "v"):
-            mod = model.get_submodule(f"{attn}.{p}_proj")
-            handles.append(mod.register_forward_hook(lambda _m, _i, out, key=f"{attn}:{p}": track(key, out)))
+    handles += observe_kv(model, kv, track)
     body = getattr(model, "model", None)  # the decoder without the LM head (never quantized): ~20% less work
     try:
         for b in data:

@@ -33,7 +33,7 @@ import torch
 
 from posttrain.errors import UserError
 from posttrain.quant.fp8 import FP8_DTYPE
-from posttrain.quant.simulate import FP8Linear, kv_hook, set_module
+from posttrain.quant.simulate import FP8Linear, install_kv, set_module
 
 CT_VERSION = "0.20.1"  # the compressed-tensors release whose layout this follows
 
@@ -104,6 +104,7 @@ def export(model: Any, tokenizer: Any, plan: Any, out: str | Path, weights: str,
             tensors[f"{attn}.k_scale"] = k.reshape(1).float()
             tensors[f"{attn}.v_scale"] = v.reshape(1).float()
     cfg = model.config.to_dict()
+    cfg.pop("_attn_implementation_internal", None)  # the FP8-KV wrapper is posttrain's, not the model's
     cfg["quantization_config"] = quantization_config(plan, weights, activations)
     cfg["dtype"] = "bfloat16" if rest_dtype == "bf16" else "float32"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -178,8 +179,6 @@ def load_fp8(path: str | Path, dtype: torch.dtype = torch.float32) -> Any:
                      (getattr(config, "tie_word_embeddings", False) and m.startswith("lm_head"))]
     if still_missing:
         raise UserError(f"{path}: missing tensors {', '.join(still_missing[:5])}")
-    for attn in kv:
-        model.get_submodule(f"{attn}.k_proj").register_forward_hook(kv_hook(tensors[f"{attn}.k_scale"]))
-        model.get_submodule(f"{attn}.v_proj").register_forward_hook(kv_hook(tensors[f"{attn}.v_scale"]))
+    install_kv(model, {attn: (tensors[f"{attn}.k_scale"], tensors[f"{attn}.v_scale"]) for attn in kv})
     model.eval()
     return model

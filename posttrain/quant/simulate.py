@@ -4,9 +4,16 @@
 writes) and a float copy of the *dequantized* weight (what the matmul uses), and fake-quantizes
 its input (dynamic per-token scales, or a static calibrated per-tensor scale). Fused MoE expert
 tensors are replaced by their dequantized FP8 values in place (weight-only in the simulation: the
-experts' inputs are not quantized here, see docs/quantization.md). The FP8 KV cache is simulated
-by fake-quantizing the outputs of ``k_proj`` / ``v_proj`` with static per-tensor scales (before
-RoPE, where the cache holds keys after RoPE: an approximation for K, exact for V).
+experts' inputs are not quantized here, see docs/quantization.md).
+
+The FP8 KV cache is simulated where a serving engine quantizes it: on the keys and values the
+attention reads, **after RoPE** (vLLM writes the rotated K into its FP8 cache with the layer's
+``k_scale``). transformers' attention layers (Llama, NemotronH, ...) rotate K and then call the
+function registered under ``config._attn_implementation`` with the module, Q, K and V; ``kv``
+installs a wrapper there (``posttrain_fp8_kv|sdpa`` or ``|eager``) that rounds K and V with the
+module's ``fp8_kv`` scales and then runs the original attention. Rounding the whole cache at every
+step equals storing rounded values: the rounding is idempotent. Calibration uses the same wrapper
+to observe max |K| after RoPE (``observe_kv``).
 
 ``apply_plan`` turns a BF16 model into its simulated FP8 version in place.
 """
@@ -86,11 +93,112 @@ def expert_scale(t: torch.Tensor, weights: str) -> torch.Tensor:
     return compute_scale(t.flatten(1), "channel").reshape(-1, 1, 1)
 
 
-def kv_hook(scale: torch.Tensor) -> Any:
-    def hook(_mod: nn.Module, _inp: Any, out: torch.Tensor) -> torch.Tensor:
-        return fake_quant(out, scale)
+KV_ATTN = "posttrain_fp8_kv"
 
-    return hook
+
+def _kv_attention(base: str) -> Any:
+    def attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                  attention_mask: Any, **kwargs: Any) -> Any:
+        kv = getattr(module, "fp8_kv", None)
+        if kv is not None:
+            key, value = kv(key, value)
+        if base == "eager":
+            import sys
+
+            fn = sys.modules[type(module).__module__].eager_attention_forward
+        else:
+            from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+            fn = ALL_ATTENTION_FUNCTIONS[base]
+        return fn(module, query, key, value, attention_mask, **kwargs)
+
+    return attention
+
+
+def _use_kv_attention(model: nn.Module) -> None:
+    """Point the model's attention at the K/V-rounding wrapper of its current implementation."""
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    base = model.config._attn_implementation or "sdpa"
+    if base.startswith(KV_ATTN):
+        return
+    if base not in ("sdpa", "eager"):
+        raise ValueError(f"FP8 KV cache simulation supports sdpa and eager attention, not {base!r}")
+    name = f"{KV_ATTN}|{base}"
+    if name not in ALL_ATTENTION_FUNCTIONS:
+        ALL_ATTENTION_FUNCTIONS.register(name, _kv_attention(base))
+        ALL_MASK_ATTENTION_FUNCTIONS.register(name, ALL_MASK_ATTENTION_FUNCTIONS[base])
+    model.config._attn_implementation = name
+
+
+class KVRound:
+    """K and V as an FP8 cache holds them: rounded with static per-tensor scales, after RoPE."""
+
+    def __init__(self, k_scale: torch.Tensor, v_scale: torch.Tensor) -> None:
+        self.k_scale, self.v_scale = k_scale.reshape(1).float(), v_scale.reshape(1).float()
+        self.enabled = True
+
+    def __call__(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.enabled:
+            return k, v
+        return fake_quant(k, self.k_scale), fake_quant(v, self.v_scale)
+
+
+class _Undo:
+    def __init__(self, module: nn.Module) -> None:
+        self.module = module
+
+    def remove(self) -> None:
+        if hasattr(self.module, "fp8_kv"):
+            del self.module.fp8_kv
+
+
+def install_kv(model: nn.Module, scales: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> list[_Undo]:
+    """FP8 KV cache on the named attention modules; ``.remove()`` a returned handle to undo one."""
+    if not scales:
+        return []
+    _use_kv_attention(model)
+    handles = []
+    for attn, (k, v) in scales.items():
+        mod = get_module(model, attn)
+        mod.fp8_kv = KVRound(k, v)
+        handles.append(_Undo(mod))
+    return handles
+
+
+def set_kv_enabled(model: nn.Module, enabled: bool) -> bool:
+    """Switch the FP8 KV rounding on or off everywhere; returns whether the model has any."""
+    found = False
+    for m in model.modules():
+        kv = getattr(m, "fp8_kv", None)
+        if isinstance(kv, KVRound):
+            kv.enabled, found = enabled, True
+    return found
+
+
+class _KVObserver:
+    def __init__(self, track: Any, key: str) -> None:
+        self.track, self.key = track, key
+
+    def __call__(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.track(f"{self.key}:k", k)
+        self.track(f"{self.key}:v", v)
+        return k, v
+
+
+def observe_kv(model: nn.Module, attns: list[str], track: Any) -> list[_Undo]:
+    """Call ``track("<attn>:k", K)`` / ``track("<attn>:v", V)`` with the K (after RoPE) and V the
+    attention reads, for calibration."""
+    if not attns:
+        return []
+    _use_kv_attention(model)
+    handles = []
+    for attn in attns:
+        mod = get_module(model, attn)
+        mod.fp8_kv = _KVObserver(track, attn)
+        handles.append(_Undo(mod))
+    return handles
 
 
 def apply_plan(model: nn.Module, plan: Any, weights: str = "channel", activations: str = "dynamic",
@@ -114,9 +222,6 @@ def apply_plan(model: nn.Module, plan: Any, weights: str = "channel", activation
             mod_name, _, attr = pname.rpartition(".")
             p = getattr(get_module(model, mod_name), attr)
             p.copy_(fake_quant(p, expert_scale(p, weights)))
-    handles = []
-    for attn in plan.kv if only is None else []:
-        k, v = (kv_scales or {})[attn]
-        handles.append(get_module(model, f"{attn}.k_proj").register_forward_hook(kv_hook(k)))
-        handles.append(get_module(model, f"{attn}.v_proj").register_forward_hook(kv_hook(v)))
-    return handles
+    if only is not None:
+        return []
+    return install_kv(model, {attn: (kv_scales or {})[attn] for attn in plan.kv})
