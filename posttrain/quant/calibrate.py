@@ -116,12 +116,16 @@ def _iter_logits(model: Any, data: list[dict[str, torch.Tensor]]) -> Iterator[tu
 
 
 @torch.no_grad()
-def collect_amax(model: Any, data: list[dict[str, torch.Tensor]], linears: list[str], kv: list[str]
+def collect_amax(model: Any, data: list[dict[str, torch.Tensor]], linears: list[str], kv: list[str],
+                 experts: list[str] | None = None,
                  ) -> tuple[dict[str, torch.Tensor], dict[str, tuple[torch.Tensor, torch.Tensor]]]:
     """Running max |x| of the listed Linears' inputs and of the K (after RoPE) and V that the listed
     attention modules read. Pad positions are included (their hidden states are ordinary
-    activations of the pad token)."""
-    from posttrain.quant.simulate import observe_kv
+    activations of the pad token). For the fused-experts modules in ``experts``, the inputs of
+    ``up_proj`` and ``down_proj`` over the tokens routed to any expert (keys ``<module>.up_proj`` /
+    ``.down_proj``: one scale per projection for all experts, as vLLM's FP8 MoE uses the max over
+    experts)."""
+    from posttrain.quant.simulate import expert_mlp, observe_kv
 
     amax: dict[str, torch.Tensor] = {}
 
@@ -134,6 +138,23 @@ def collect_amax(model: Any, data: list[dict[str, torch.Tensor]], linears: list[
         mod = model.get_submodule(name)
         handles.append(mod.register_forward_pre_hook(lambda _m, inp, n=name: track(n, inp[0])))
     handles += observe_kv(model, kv, track)
+    patched = []
+    for name in experts or []:
+        mod = model.get_submodule(name)
+
+        def fwd(h, idx, w, mod=mod, name=name):
+            def up(x):
+                track(f"{name}.up_proj", x)
+                return x
+
+            def down(x):
+                track(f"{name}.down_proj", x)
+                return x
+
+            return expert_mlp(mod, h, idx, w, mod.up_proj, mod.down_proj, up, down)
+
+        mod.forward = fwd  # an instance attribute: deleted below, the class's forward is untouched
+        patched.append(mod)
     body = getattr(model, "model", None)  # the decoder without the LM head (never quantized): ~20% less work
     try:
         for b in data:
@@ -141,9 +162,12 @@ def collect_amax(model: Any, data: list[dict[str, torch.Tensor]], linears: list[
     finally:
         for h in handles:
             h.remove()
+        for mod in patched:
+            del mod.forward
     from posttrain.quant.fp8 import scale_from_amax
 
-    input_scales = {n: scale_from_amax(amax[n]) for n in linears if n in amax}
+    keys = list(linears) + [f"{e}.{p}" for e in experts or [] for p in ("up_proj", "down_proj")]
+    input_scales = {n: scale_from_amax(amax[n]) for n in keys if n in amax}
     kv_scales = {a: (scale_from_amax(amax[f"{a}:k"]), scale_from_amax(amax[f"{a}:v"])) for a in kv}
     return input_scales, kv_scales
 

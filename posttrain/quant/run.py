@@ -39,7 +39,7 @@ def prepare(cfg: QuantConfig) -> dict[str, Any]:
 
     from posttrain.models.loading import load_model
     from posttrain.quant import calibrate, policy
-    from posttrain.quant.simulate import round_weights
+    from posttrain.quant.simulate import expert_modules, round_weights
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -66,8 +66,9 @@ def prepare(cfg: QuantConfig) -> dict[str, Any]:
     all_linears = [n for u in units for n in u.linears]
     if cfg.activations == "static" or plan.kv:
         kv_units = [u.name for u in units if u.kind == "attention"]
-        input_scales, kv_scales = calibrate.collect_amax(
-            model, calib, all_linears if cfg.activations == "static" else [], kv_units)
+        static = cfg.activations == "static"
+        experts = expert_modules([p for u in units for p in u.experts]) if static else []
+        input_scales, kv_scales = calibrate.collect_amax(model, calib, all_linears if static else [], kv_units, experts)
     return {"model": model, "tokenizer": tok, "units": units, "plan": plan, "calib": calib, "held_out": held_out,
             "input_scales": input_scales, "kv_scales": kv_scales, "seconds_load": t_load,
             "seconds_calibrate": time.perf_counter() - t1, "calib_texts": len(calib_texts),

@@ -2,9 +2,12 @@
 
 ``FP8Linear`` replaces an ``nn.Linear``: it keeps the FP8 weight and its scale (what the export
 writes) and a float copy of the *dequantized* weight (what the matmul uses), and fake-quantizes
-its input (dynamic per-token scales, or a static calibrated per-tensor scale). Fused MoE expert
-tensors are replaced by their dequantized FP8 values in place (weight-only in the simulation: the
-experts' inputs are not quantized here, see docs/quantization.md).
+its input (dynamic per-token scales, or a static calibrated per-tensor scale). ``FP8Experts``
+does the same for an MoE layer's fused experts (transformers keeps them as [experts, out, in]
+tensors, not ``Linear``s): FP8 weights with one scale per expert and output channel (or per
+expert), and the inputs of both projections fake-quantized (dynamic per token, or one static scale
+per projection shared by all experts, which is what vLLM's FP8 MoE kernels use: the max of the
+per-expert input scales). The export writes them per expert (``experts.E.up_proj.weight``).
 
 The FP8 KV cache is simulated where a serving engine quantizes it: on the keys and values the
 attention reads, **after RoPE** (vLLM writes the rotated K into its FP8 cache with the layer's
@@ -69,6 +72,93 @@ class FP8Linear(nn.Module):
         return f"in={self.in_features}, out={self.out_features}, weights=fp8/{g}, activations={self.activations}"
 
 
+def expert_mlp(mod: nn.Module, hidden: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
+               up: torch.Tensor, down: torch.Tensor, q_up: Any = None, q_down: Any = None) -> torch.Tensor:
+    """NemotronH's experts (non-gated: ``down(act(up(x)))``) for the routed tokens, with optional
+    functions applied to each projection's input (FP8 rounding, or calibration statistics). The
+    same loop as transformers' ``NemotronHExperts.forward``: with ``q_up = q_down = None`` and the
+    module's own weights it computes the same numbers."""
+    out = torch.zeros_like(hidden, dtype=top_k_weights.dtype)
+    with torch.no_grad():
+        mask = torch.nn.functional.one_hot(top_k_index, num_classes=up.shape[0] + 1).permute(2, 1, 0)
+        hit = torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero().squeeze(-1)
+    for e in hit.tolist():
+        if e >= up.shape[0]:
+            continue
+        pos, tok = torch.where(mask[e])
+        if tok.numel() == 0:
+            continue
+        x = hidden[tok]
+        h = nn.functional.linear(x if q_up is None else q_up(x), up[e])
+        h = mod.act_fn(h)
+        h = nn.functional.linear(h if q_down is None else q_down(h), down[e])
+        out.index_add_(0, tok, (h * top_k_weights[tok, pos, None]).to(out.dtype))
+    return out.to(hidden.dtype)
+
+
+EXPERT_PROJS = ("up_proj", "down_proj")
+
+
+def check_experts(mod: nn.Module, name: str) -> None:
+    params = {n for n, _ in mod.named_parameters(recurse=False)}
+    if params != set(EXPERT_PROJS) or not hasattr(mod, "act_fn"):
+        raise ValueError(f"{name} ({type(mod).__name__}): FP8 experts support the non-gated up_proj/down_proj "
+                         f"layout (NemotronH); this module has {sorted(params)}")
+
+
+class FP8Experts(nn.Module):
+    """Fused MoE experts in FP8: ``up_fp8`` [E, I, H] and ``down_fp8`` [E, H, I] with scales
+    [E, out, 1] (per channel) or [E, 1, 1] (per expert), dequantized copies in ``up_proj`` /
+    ``down_proj`` (the names transformers uses), inputs rounded like ``FP8Linear``'s."""
+
+    def __init__(self, act_fn: Any, up_fp8: torch.Tensor, up_scale: torch.Tensor, down_fp8: torch.Tensor,
+                 down_scale: torch.Tensor, activations: str = "dynamic", up_input_scale: torch.Tensor | None = None,
+                 down_input_scale: torch.Tensor | None = None, dtype: torch.dtype = torch.float32) -> None:
+        super().__init__()
+        self.act_fn = act_fn
+        self.num_experts = up_fp8.shape[0]
+        for n, t in (("up_fp8", up_fp8), ("up_scale", up_scale.float()), ("down_fp8", down_fp8),
+                     ("down_scale", down_scale.float())):
+            self.register_buffer(n, t, persistent=False)
+        self.up_proj = nn.Parameter(from_fp8(up_fp8, up_scale, dtype), requires_grad=False)
+        self.down_proj = nn.Parameter(from_fp8(down_fp8, down_scale, dtype), requires_grad=False)
+        if activations == "static" and (up_input_scale is None or down_input_scale is None):
+            raise ValueError("static activations need the experts' input scales (calibrate first)")
+        self.activations = activations
+        self.up_input_scale = None if up_input_scale is None else up_input_scale.float().reshape(1)
+        self.down_input_scale = None if down_input_scale is None else down_input_scale.float().reshape(1)
+
+    @classmethod
+    def from_experts(cls, mod: nn.Module, weights: str = "channel", activations: str = "dynamic",
+                     up_input_scale: torch.Tensor | None = None,
+                     down_input_scale: torch.Tensor | None = None) -> FP8Experts:
+        up, down = mod.up_proj.detach(), mod.down_proj.detach()
+        su, sd = expert_scale(up, weights), expert_scale(down, weights)
+        return cls(mod.act_fn, to_fp8(up, su), su, to_fp8(down, sd), sd, activations, up_input_scale,
+                   down_input_scale, up.dtype)
+
+    def _q(self, scale: torch.Tensor | None) -> Any:
+        if self.activations == "dynamic":
+            return lambda x: fake_quant_dynamic(x, "token")
+        if self.activations == "static":
+            return lambda x: fake_quant(x, scale)
+        return None
+
+    def forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor) -> torch.Tensor:
+        return expert_mlp(self, hidden_states, top_k_index, top_k_weights, self.up_proj, self.down_proj,
+                          self._q(self.up_input_scale), self._q(self.down_input_scale))
+
+    def per_expert(self, proj: str, e: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Expert ``e``'s FP8 weight [out, in] and its scale ([out, 1] per channel, [1] per expert)."""
+        w, s = (self.up_fp8, self.up_scale) if proj == "up_proj" else (self.down_fp8, self.down_scale)
+        sc = s[e] if s.shape[1] > 1 else s[e].reshape(1)
+        return w[e].contiguous(), sc.contiguous()
+
+    def extra_repr(self) -> str:
+        g = "channel" if self.up_scale.shape[1] > 1 else "expert"
+        return f"experts={self.num_experts}, weights=fp8/{g}, activations={self.activations}"
+
+
 def get_module(model: nn.Module, name: str) -> nn.Module:
     return model.get_submodule(name)
 
@@ -84,6 +174,11 @@ def round_weights(model: nn.Module, dtype: torch.dtype = torch.bfloat16) -> None
         for p in model.parameters():
             if p.dtype != dtype and p.is_floating_point():
                 p.copy_(p.to(dtype).to(p.dtype))
+
+
+def expert_modules(expert_params: list[str]) -> list[str]:
+    """The fused-experts modules named by a plan's expert parameters, in order."""
+    return list(dict.fromkeys(p.rpartition(".")[0] for p in expert_params))
 
 
 def expert_scale(t: torch.Tensor, weights: str) -> torch.Tensor:
@@ -216,12 +311,16 @@ def apply_plan(model: nn.Module, plan: Any, weights: str = "channel", activation
             if isinstance(lin, FP8Linear):
                 continue
             set_module(model, name, FP8Linear.from_linear(lin, weights, activations, input_scales.get(name)))
-        for pname in plan.experts:
-            if only is not None and pname not in only:
+        for mod_name in expert_modules(plan.experts):
+            if only is not None and not any(f"{mod_name}.{p}" in only for p in EXPERT_PROJS):
                 continue
-            mod_name, _, attr = pname.rpartition(".")
-            p = getattr(get_module(model, mod_name), attr)
-            p.copy_(fake_quant(p, expert_scale(p, weights)))
+            mod = get_module(model, mod_name)
+            if isinstance(mod, FP8Experts):
+                continue
+            check_experts(mod, mod_name)
+            set_module(model, mod_name, FP8Experts.from_experts(
+                mod, weights, activations, input_scales.get(f"{mod_name}.up_proj"),
+                input_scales.get(f"{mod_name}.down_proj")))
     if only is not None:
         return []
     return install_kv(model, {attn: (kv_scales or {})[attn] for attn in plan.kv})
