@@ -20,6 +20,11 @@ class CalibrationConfig(StrictModel):
     max_seq_len: int = Field(256, ge=8)
     batch_size: int = Field(8, ge=1)
     seed: int = 0
+    scales: str | None = None
+    """A file of calibrated scales (safetensors) to reuse: written by the first run that names it
+    (with every Linear's input, the experts' inputs and every attention's K/V), read by later runs
+    with the same model and calibration settings (another policy, say) instead of calibrating
+    again; a run with different settings is refused."""
 
 
 class PolicyConfig(StrictModel):

@@ -28,24 +28,45 @@ GENERIC_MODULES = (
     "email", "http.client", "urllib.request", "datetime", "decimal", "fractions", "statistics",
     "random", "itertools", "functools", "contextlib", "dataclasses", "textwrap", "csv",
     "sqlite3", "zipfile", "tarfile", "shutil", "tempfile", "heapq", "bisect", "calendar", "string",
+    "asyncio", "typing", "inspect", "ast", "pickle", "copy", "enum", "configparser", "optparse",
+    "difflib", "pprint", "gettext", "mailbox", "smtplib", "ftplib", "imaplib", "html.parser",
+    "xml.etree.ElementTree", "socket", "ssl", "queue", "sched", "selectors", "shelve", "gzip",
+    "codecs", "uuid", "traceback", "os", "re", "io", "abc", "numbers", "weakref", "operator",
 )
 
 
 def generic_texts(n: int, seed: int = 0, min_chars: int = 200) -> list[str]:
-    """Up to ``n`` paragraphs of generic prose (standard-library docstrings), shuffled by seed."""
+    """Up to ``n`` passages of generic prose, shuffled by seed: the docstrings of the modules above,
+    their classes, functions and methods, cut at paragraph breaks into passages of at least
+    ``min_chars`` characters (about 1.4K of them: enough for the recipe's ~1K calibration texts)."""
     import importlib
+    import warnings
 
+    docs: list[str] = []
+    with warnings.catch_warnings():  # getmembers touches deprecated aliases (typing.io, ...)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        for mod_name in GENERIC_MODULES:
+            try:
+                mod = importlib.import_module(mod_name)
+            except ImportError:
+                continue
+            objs = [mod] + [o for _, o in inspect.getmembers(mod) if inspect.isclass(o) or inspect.isfunction(o)]
+            objs += [f for c in objs if inspect.isclass(c) for _, f in inspect.getmembers(c, inspect.isfunction)]
+            for o in objs:
+                doc = inspect.getdoc(o) or ""
+                if doc and doc not in docs:
+                    docs.append(doc)
     texts: list[str] = []
-    for mod_name in GENERIC_MODULES:
-        try:
-            mod = importlib.import_module(mod_name)
-        except ImportError:
-            continue
-        objs = [mod] + [o for _, o in inspect.getmembers(mod) if inspect.isclass(o) or inspect.isfunction(o)]
-        for o in objs:
-            doc = inspect.getdoc(o) or ""
-            if len(doc) >= min_chars and doc not in texts:
-                texts.append(doc)
+    seen: set[str] = set()
+    for doc in docs:
+        cur = ""
+        for para in doc.split("\n\n"):
+            cur = f"{cur}\n\n{para}" if cur else para
+            if len(cur) >= min_chars:
+                if cur not in seen:
+                    seen.add(cur)
+                    texts.append(cur)
+                cur = ""
     random.Random(seed).shuffle(texts)
     return texts[:n]
 
@@ -198,3 +219,33 @@ def score(model: Any, data: list[dict[str, torch.Tensor]], ref: list[torch.Tenso
     if ref is not None:
         out["kl"] = kl_sum / max(n, 1)
     return out
+
+
+def save_scales(path: str | Path, fingerprint: str, input_scales: dict[str, torch.Tensor],
+                kv_scales: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> None:
+    from safetensors.torch import save_file
+
+    t = {f"in:{k}": v.reshape(1).float().clone() for k, v in input_scales.items()}
+    for a, (k, v) in kv_scales.items():
+        t[f"k:{a}"], t[f"v:{a}"] = k.reshape(1).float().clone(), v.reshape(1).float().clone()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(f"{path}.tmp")
+    save_file(t, str(tmp), metadata={"fingerprint": fingerprint})
+    tmp.replace(path)
+
+
+def load_scales(path: str | Path, fingerprint: str, linears: list[str], kv: list[str]
+                ) -> tuple[dict[str, torch.Tensor], dict[str, tuple[torch.Tensor, torch.Tensor]]]:
+    """Scales saved by ``save_scales`` for the same model and calibration settings; ``linears``
+    (input-scale keys) and ``kv`` (attention modules) must all be in the file."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as f:
+        saved = (f.metadata() or {}).get("fingerprint")
+        if saved != fingerprint:
+            raise UserError(f"calibration.scales {path}: calibrated with other settings ({saved}), not ({fingerprint})")
+        t = {k: f.get_tensor(k) for k in f.keys()}
+    missing = [n for n in linears if f"in:{n}" not in t] + [a for a in kv if f"k:{a}" not in t]
+    if missing:
+        raise UserError(f"calibration.scales {path}: no scales for {', '.join(missing[:3])}")
+    return {n: t[f"in:{n}"] for n in linears}, {a: (t[f"k:{a}"], t[f"v:{a}"]) for a in kv}

@@ -142,6 +142,7 @@ def test_generic_calibration_texts_are_deterministic():
 
     a, b = generic_texts(50, seed=1), generic_texts(50, seed=1)
     assert a == b and len(a) == 50 and all(len(t) >= 200 for t in a)
+    assert len(generic_texts(5000)) >= 1024 + 16  # the recipe's ~1K calibration texts + held-out ones
 
 
 def test_sft_source_without_data_is_one_clear_error(tmp_path):
@@ -207,3 +208,27 @@ def test_kl_of_the_reference_against_itself_is_zero(one_thread):
     data = calibrate.batches(loaded.tokenizer, calibrate.generic_texts(8), 32, 4)
     ref = calibrate.reference_logprobs(loaded.model, data)
     assert calibrate.score(loaded.model, data, ref)["kl"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_calibrated_scales_are_reused_across_policies(tmp_path, sft_file, one_thread):
+    from posttrain.errors import UserError
+    from posttrain.quant.run import prepare
+
+    scales = str(tmp_path / "scales.safetensors")
+    first = prepare(_cfg(tmp_path, "tiny-nemotronh", sft_file, activations="dynamic", policy={"type": "recipe"},
+                         calibration={"scales": scales}))
+    assert not first["scales_reused"]
+    fresh = prepare(_cfg(tmp_path, "tiny-nemotronh", sft_file, activations="static", kv_cache="on",
+                         policy={"type": "all"}))
+    again = prepare(_cfg(tmp_path, "tiny-nemotronh", sft_file, activations="static", kv_cache="on",
+                         policy={"type": "all"}, calibration={"scales": scales}))
+    assert again["scales_reused"]
+    assert set(again["input_scales"]) == set(fresh["input_scales"])
+    assert "model.layers.1.mixer.experts.down_proj" in again["input_scales"]
+    for k, v in fresh["input_scales"].items():
+        assert torch.equal(again["input_scales"][k], v), k
+    for k, (ks, vs) in fresh["kv_scales"].items():
+        assert torch.equal(again["kv_scales"][k][0], ks) and torch.equal(again["kv_scales"][k][1], vs)
+    with pytest.raises(UserError, match="other settings"):
+        prepare(_cfg(tmp_path, "tiny-nemotronh", sft_file, activations="static", policy={"type": "all"},
+                     calibration={"scales": scales, "samples": 8}))
