@@ -39,6 +39,11 @@ class PolicyConfig(StrictModel):
     """searched: the ``sensitivity.json`` written by ``posttrain quantize --search``."""
     budget: int = Field(0, ge=0)
     """searched: how many units (most sensitive first) stay BF16."""
+    budget_params: int | Literal["recipe"] | None = None
+    """searched, instead of ``budget``: a memory budget, in parameters kept in BF16. Going down
+    the ranking, a unit stays BF16 if it still fits (units that do not fit are skipped, smaller
+    later ones may still fit). ``recipe``: as many as the recipe's rule keeps in BF16 on this
+    model, for a comparison at equal memory."""
 
 
 class SearchConfig(StrictModel):

@@ -51,7 +51,7 @@ def prepare(cfg: QuantConfig) -> dict[str, Any]:
     units = policy.find_units(model)
     ranking = policy.read_ranking(cfg.policy.ranking) if cfg.policy.type == "searched" else None
     plan = policy.make_plan(model, cfg.policy.type, cfg.policy.keep_bf16, ranking, cfg.policy.budget,
-                            cfg.kv_cache, units)
+                            cfg.kv_cache, units, cfg.policy.budget_params)
     c = cfg.calibration
     texts = calibrate.calibration_texts(c.source, c.samples + cfg.search.samples, c.data, cfg.model, c.seed)
     calib_texts, search_texts = texts[:c.samples], texts[c.samples:]

@@ -232,3 +232,26 @@ def test_calibrated_scales_are_reused_across_policies(tmp_path, sft_file, one_th
     with pytest.raises(UserError, match="other settings"):
         prepare(_cfg(tmp_path, "tiny-nemotronh", sft_file, activations="static", policy={"type": "all"},
                      calibration={"scales": scales, "samples": 8}))
+
+
+def test_searched_at_equal_memory_keeps_what_fits(one_thread):
+    from posttrain.models.loading import load_model
+    from posttrain.quant.policy import find_units, make_plan, recipe_bf16_units, unit_params
+
+    model = load_model("tiny-nemotronh", device="cpu").model
+    units = find_units(model)
+    by = {u.name: u for u in units}
+    sizes = {u.name: unit_params(model, u) for u in units}
+    recipe = sum(sizes[n] for n in recipe_bf16_units(units))
+    # a ranking whose first unit is too big for the recipe's budget: it is skipped, later ones fit
+    ranking = sorted(sizes, key=lambda n: -sizes[n])
+    plan = make_plan(model, "searched", ranking=ranking, units=units, budget_params="recipe")
+    kept = plan.bf16_units
+    assert sum(sizes[n] for n in kept) <= recipe
+    want, used = [], 0
+    for n in ranking:
+        if used + sizes[n] <= recipe:
+            want.append(n)
+            used += sizes[n]
+    assert sorted(kept) == sorted(want) and by[kept[0]] is not None
+    assert make_plan(model, "searched", ranking=ranking, units=units, budget_params=0).bf16_units == []
