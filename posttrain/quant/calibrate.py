@@ -203,9 +203,10 @@ def reference_logprobs(model: Any, data: list[dict[str, torch.Tensor]]) -> list[
 
 @torch.no_grad()
 def score(model: Any, data: list[dict[str, torch.Tensor]], ref: list[torch.Tensor] | None = None) -> dict[str, float]:
-    """Mean next-token loss over real tokens, and the mean per-token KL(ref ‖ model) when ``ref``
-    (from ``reference_logprobs`` on the same data) is given."""
-    loss_sum, kl_sum, n = 0.0, 0.0, 0
+    """Mean next-token loss over real tokens, and, when ``ref`` (from ``reference_logprobs`` on the
+    same data) is given, the mean per-token KL(ref ‖ model) and the top-1 agreement (the share of
+    positions where both models' most likely next token is the same)."""
+    loss_sum, kl_sum, agree_sum, n = 0.0, 0.0, 0, 0
     for i, (logits, labels, mask) in enumerate(_iter_logits(model, data)):
         logp = torch.log_softmax(logits, -1)
         nll = -logp.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
@@ -214,10 +215,12 @@ def score(model: Any, data: list[dict[str, torch.Tensor]], ref: list[torch.Tenso
             r = ref[i].float()
             kl = (r.exp() * (r - logp)).sum(-1)
             kl_sum += float(kl[mask].sum())
+            agree_sum += int((r.argmax(-1) == logp.argmax(-1))[mask].sum())
         n += int(mask.sum())
     out = {"loss": loss_sum / max(n, 1), "tokens": float(n)}
     if ref is not None:
         out["kl"] = kl_sum / max(n, 1)
+        out["top1_agree"] = agree_sum / max(n, 1)
     return out
 
 
