@@ -126,6 +126,19 @@ def test_search_ranks_units_and_feeds_the_searched_policy(tmp_path, sft_file, on
     rank_file = tmp_path / "fp8-search" / "sensitivity.json"
     rows = json.loads(rank_file.read_text())["ranking"]
     assert len(rows) == 4 and [r["rank"] for r in rows] == [1, 2, 3, 4]
+    # the search leaves the model as it found it: scoring a unit twice gives the same KL
+    from posttrain.quant.run import prepare
+    from posttrain.quant.search import sensitivity
+    from posttrain.quant.simulate import FP8Experts, FP8Linear
+
+    st = prepare(cfg)
+    twice = sensitivity(st["model"], st["units"] * 2, st["held_out"], cfg.weights, cfg.activations,
+                        st["input_scales"], progress=False)
+    kl = {}
+    for r in twice:
+        kl.setdefault(r["unit"], []).append(r["kl"])
+    assert all(a == b for a, b in kl.values())
+    assert not any(isinstance(m, (FP8Linear, FP8Experts)) for m in st["model"].modules())
     assert all(rows[i]["kl"] >= rows[i + 1]["kl"] > 0 for i in range(3))
     assert (tmp_path / "fp8-search" / "sensitivity.png").stat().st_size > 0
     assert "| rank |" in (tmp_path / "fp8-search" / "sensitivity.md").read_text()
