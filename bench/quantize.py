@@ -25,7 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from results_row import append_row  # bench/results_row.py (sys.path[0] is bench/ when run)
+from results_row import (
+    append_row,  # bench/results_row.py (sys.path[0] is bench/ when run)
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))

@@ -247,7 +247,7 @@ def load_scales(path: str | Path, fingerprint: str, linears: list[str], kv: list
         saved = (f.metadata() or {}).get("fingerprint")
         if saved != fingerprint:
             raise UserError(f"calibration.scales {path}: calibrated with other settings ({saved}), not ({fingerprint})")
-        t = {k: f.get_tensor(k) for k in f.keys()}
+        t = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open is not iterable)
     missing = [n for n in linears if f"in:{n}" not in t] + [a for a in kv if f"k:{a}" not in t]
     if missing:
         raise UserError(f"calibration.scales {path}: no scales for {', '.join(missing[:3])}")

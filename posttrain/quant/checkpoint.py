@@ -37,7 +37,13 @@ import torch
 
 from posttrain.errors import UserError
 from posttrain.quant.fp8 import FP8_DTYPE
-from posttrain.quant.simulate import EXPERT_PROJS, FP8Experts, FP8Linear, install_kv, set_module
+from posttrain.quant.simulate import (
+    EXPERT_PROJS,
+    FP8Experts,
+    FP8Linear,
+    install_kv,
+    set_module,
+)
 
 CT_VERSION = "0.20.1"  # the compressed-tensors release whose layout this follows
 

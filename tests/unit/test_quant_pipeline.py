@@ -249,7 +249,12 @@ def test_calibrated_scales_are_reused_across_policies(tmp_path, sft_file, one_th
 
 def test_searched_at_equal_memory_keeps_what_fits(one_thread):
     from posttrain.models.loading import load_model
-    from posttrain.quant.policy import find_units, make_plan, recipe_bf16_units, unit_params
+    from posttrain.quant.policy import (
+        find_units,
+        make_plan,
+        recipe_bf16_units,
+        unit_params,
+    )
 
     model = load_model("tiny-nemotronh", device="cpu").model
     units = find_units(model)
