@@ -65,11 +65,11 @@ if on bench; then
 fi
 
 if on heldout; then
-  python scripts/quant_heldout.py embedded $R/arith_val.jsonl 96 $E/all $E/all_kv $E/recipe $E/recipe_nokv \
+  python scripts/quant_heldout.py embedded $R/arith_val.jsonl 64 $E/all $E/all_kv $E/recipe $E/recipe_nokv \
       $E/searched $E/all_generic --json $R/embedded_heldout.json > $R/embedded_heldout.md
 fi
 
 if on transformers; then
   # (d) needs compressed-tensors (the [quant] extra, installed by make setup)
-  python scripts/quant_transformers_check.py $E/all $E/recipe $N/all $N/recipe | tee $R/transformers_check.log
+  python scripts/quant_transformers_check.py $E/all $N/all $N/recipe | tee $R/transformers_check.log
 fi
