@@ -273,3 +273,29 @@ def test_searched_at_equal_memory_keeps_what_fits(one_thread):
             used += sizes[n]
     assert sorted(kept) == sorted(want) and by[kept[0]] is not None
     assert make_plan(model, "searched", ranking=ranking, units=units, budget_params=0).bf16_units == []
+
+
+def test_moe_layer_kept_bf16_is_written_per_expert_and_reloads(tmp_path, sft_file, one_thread):
+    from safetensors import safe_open
+
+    from posttrain.quant.checkpoint import load_fp8
+    from posttrain.quant.run import prepare, quantize
+    from posttrain.quant.simulate import FP8Experts, apply_plan
+
+    cfg = _cfg(tmp_path, "tiny-nemotronh", sft_file, activations="static", kv_cache="off",
+               policy={"type": "patterns", "keep_bf16": [r"layers\.1\.mixer$"]})
+    quantize(cfg, evaluate_loss=False)
+    out = tmp_path / "fp8"
+    qc = json.loads((out / "config.json").read_text())["quantization_config"]
+    assert "model.layers.1.mixer.experts.0.up_proj" in qc["ignore"]
+    with safe_open(str(out / "model.safetensors"), "pt") as f:
+        assert f.get_tensor("model.layers.1.mixer.experts.3.down_proj.weight").dtype == torch.bfloat16
+        assert f.get_tensor("model.layers.3.mixer.experts.3.down_proj.weight").dtype == torch.float8_e4m3fn
+    loaded = load_fp8(out)
+    assert not isinstance(loaded.model.layers[1].mixer.experts, FP8Experts)
+    assert isinstance(loaded.model.layers[3].mixer.experts, FP8Experts)
+    st = prepare(cfg)
+    apply_plan(st["model"], st["plan"], cfg.weights, cfg.activations, st["input_scales"], st["kv_scales"])
+    ids = st["held_out"][0]
+    with torch.no_grad():
+        assert torch.equal(st["model"](**ids, use_cache=False).logits, loaded(**ids, use_cache=False).logits)
