@@ -105,6 +105,8 @@ def check(path: str, venv: str | None = None, timeout: int = 600) -> dict:
     if "outputs" in theirs:
         mine = ours_greedy(path, prompts)
         theirs["identical"] = sum(a == b for a, b in zip(theirs["outputs"], mine))
+        theirs["common_prefix"] = [next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+                                   for a, b in zip(theirs["outputs"], mine)]
         theirs["prompts"] = len(prompts)
         theirs["ours"] = mine
     return theirs
@@ -131,7 +133,8 @@ def main() -> int:
                   f"{r.get('compressed_tensors_version', '?')}) cannot run it: {e['type']}: {e['message']}")
         else:
             print(f"{path}: vLLM {r['vllm_version']} load {r['seconds_load']:.1f}s; identical greedy outputs "
-                  f"{r['identical']}/{r['prompts']} ({MAX_TOKENS} tokens)")
+                  f"{r['identical']}/{r['prompts']} ({MAX_TOKENS} tokens); tokens before the first difference "
+                  f"{r['common_prefix']}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0
