@@ -21,8 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from test_vllm_engine import ROOT  # noqa: F401  (module-level skip when vLLM cannot run here)
+from test_vllm_engine import ROOT
 
 pytestmark = pytest.mark.vllm
 
