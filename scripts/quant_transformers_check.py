@@ -37,6 +37,7 @@ def main() -> int:
     from posttrain.models.chat_template import render
     from posttrain.models.loading import load_tokenizer
     from posttrain.quant.checkpoint import load_fp8
+    from posttrain.quant.simulate import set_kv_enabled
 
     logging.set_verbosity_error()
     for path in sys.argv[1:]:
@@ -44,7 +45,7 @@ def main() -> int:
         theirs = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
         t_load = time.perf_counter() - t
         ours = load_fp8(path)
-        has_kv = any(m._forward_hooks for m in ours.modules())
+        has_kv = set_kv_enabled(ours, True)
         tok = load_tokenizer(path)
         same = same_nokv = 0
         maxdiff = 0.0
@@ -56,13 +57,10 @@ def main() -> int:
                 maxdiff = max(maxdiff, (theirs(ids).logits - ours(ids).logits).abs().max().item())
             same += a == b
             if has_kv:
-                hooks = {m: dict(m._forward_hooks) for m in ours.modules() if m._forward_hooks}
-                for m in hooks:
-                    m._forward_hooks.clear()
+                set_kv_enabled(ours, False)
                 with torch.no_grad():
                     same_nokv += greedy(ours, ids) == a
-                for m, h in hooks.items():
-                    m._forward_hooks.update(h)
+                set_kv_enabled(ours, True)
         line = (f"{path}: transformers load {t_load:.1f}s; identical greedy outputs {same}/{len(PROMPTS)}; "
                 f"max |logit diff| on the prompts {maxdiff:.2e}")
         if has_kv:

@@ -20,6 +20,11 @@ class CalibrationConfig(StrictModel):
     max_seq_len: int = Field(256, ge=8)
     batch_size: int = Field(8, ge=1)
     seed: int = 0
+    scales: str | None = None
+    """A file of calibrated scales (safetensors) to reuse: written by the first run that names it
+    (with every Linear's input, the experts' inputs and every attention's K/V), read by later runs
+    with the same model and calibration settings (another policy, say) instead of calibrating
+    again; a run with different settings is refused."""
 
 
 class PolicyConfig(StrictModel):
@@ -34,6 +39,11 @@ class PolicyConfig(StrictModel):
     """searched: the ``sensitivity.json`` written by ``posttrain quantize --search``."""
     budget: int = Field(0, ge=0)
     """searched: how many units (most sensitive first) stay BF16."""
+    budget_params: int | Literal["recipe"] | None = None
+    """searched, instead of ``budget``: a memory budget, in parameters kept in BF16. Going down
+    the ranking, a unit stays BF16 if it still fits (units that do not fit are skipped, smaller
+    later ones may still fit). ``recipe``: as many as the recipe's rule keeps in BF16 on this
+    model, for a comparison at equal memory."""
 
 
 class SearchConfig(StrictModel):

@@ -12,10 +12,13 @@ transformers), to the layout compressed-tensors 0.20 writes and reads:
 * for each FP8 Linear ``X``: ``X.weight`` (float8_e4m3fn, [out, in]), ``X.weight_scale`` (float32,
   [out, 1] per channel or [1] per tensor), and ``X.input_scale`` (float32, [1]) for static
   activations; for each FP8-KV attention module ``A``: ``A.k_scale`` and ``A.v_scale`` ([1]);
-* everything else in ``rest_dtype`` (bf16 by default), except fused MoE expert tensors, which are
-  stored as their dequantized FP8 values in float32 (exact, but not smaller: transformers fuses
-  the experts into one [E, out, in] tensor, which compressed-tensors' ``Linear`` target does not
-  cover; see the gaps in docs/quantization.md).
+* MoE experts **per expert**, the layout of the original NemotronH checkpoints and the one vLLM's
+  FusedMoE loader reads (transformers fuses them into one [E, out, in] tensor in memory and splits
+  them again in ``save_pretrained``): ``M.E.up_proj.weight`` / ``M.E.down_proj.weight`` for expert
+  ``E`` of the experts module ``M``, in FP8 with ``weight_scale`` ([out, 1] or [1]) and, for static
+  activations, ``input_scale`` (the same value for every expert: vLLM takes their max anyway), or
+  in ``rest_dtype`` when the layer stays BF16 (then listed in ``ignore``);
+* everything else in ``rest_dtype`` (bf16 by default).
 
 ``load_fp8`` reads it back into a simulated FP8 model (``simulate.FP8Linear``) without
 compressed-tensors; transformers with compressed-tensors installed reads it too.
@@ -24,6 +27,7 @@ compressed-tensors; transformers with compressed-tensors installed reads it too.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -33,7 +37,13 @@ import torch
 
 from posttrain.errors import UserError
 from posttrain.quant.fp8 import FP8_DTYPE
-from posttrain.quant.simulate import FP8Linear, kv_hook, set_module
+from posttrain.quant.simulate import (
+    EXPERT_PROJS,
+    FP8Experts,
+    FP8Linear,
+    install_kv,
+    set_module,
+)
 
 CT_VERSION = "0.20.1"  # the compressed-tensors release whose layout this follows
 
@@ -44,7 +54,7 @@ def _args(strategy: str, dynamic: bool) -> dict[str, Any]:
             "observer_kwargs": {}}
 
 
-def quantization_config(plan: Any, weights: str, activations: str) -> dict[str, Any]:
+def quantization_config(plan: Any, weights: str, activations: str, ignore: list[str] | None = None) -> dict[str, Any]:
     acts = None
     if activations == "dynamic":
         acts = _args("token", True)
@@ -57,7 +67,7 @@ def quantization_config(plan: Any, weights: str, activations: str) -> dict[str, 
         "config_groups": {"group_0": {"targets": ["Linear"], "weights": _args(weights, False),
                                       "input_activations": acts, "output_activations": None,
                                       "format": "float-quantized"}},
-        "ignore": list(plan.ignore),
+        "ignore": list(plan.ignore) + list(ignore or []),
         "kv_cache_scheme": _args("tensor", False) if plan.kv else None,
         "global_compression_ratio": None,
         "sparsity_config": {},
@@ -87,24 +97,39 @@ def export(model: Any, tokenizer: Any, plan: Any, out: str | Path, weights: str,
                 tensors[f"{name}.input_scale"] = mod.input_scale.contiguous()
             if mod.bias is not None:
                 tensors[f"{name}.bias"] = mod.bias.detach().to(rest).contiguous()
-    experts = set(plan.experts)
+    fused = {n: m for n, m in model.named_modules() if _is_fused_experts(m)}
+    bf16_experts: list[str] = []
+    for mod_name, mod in fused.items():
+        for e in range(mod.up_proj.shape[0]):
+            for proj in EXPERT_PROJS:
+                key = f"{mod_name}.{e}.{proj}"
+                if isinstance(mod, FP8Experts):
+                    w, s = mod.per_expert(proj, e)
+                    tensors[f"{key}.weight"], tensors[f"{key}.weight_scale"] = w.clone(), s.clone()
+                    scale = mod.up_input_scale if proj == "up_proj" else mod.down_input_scale
+                    if scale is not None:
+                        tensors[f"{key}.input_scale"] = scale.reshape(1).clone()
+                else:
+                    tensors[f"{key}.weight"] = getattr(mod, proj)[e].detach().to(rest).contiguous().clone()
+                    bf16_experts.append(key)
     seen: dict[int, str] = {}
     for name, t in model.state_dict().items():
         mod_name = name.rpartition(".")[0]
-        if mod_name in fp8_names:
+        if mod_name in fp8_names or mod_name in fused:
             continue
         ptr = t.data_ptr()
         if ptr in seen and getattr(model.config, "tie_word_embeddings", False):
             continue  # tied lm_head: stored once, as transformers does
         seen[ptr] = name
-        keep = t if (name in experts or not t.is_floating_point()) else t.to(rest)
+        keep = t if not t.is_floating_point() else t.to(rest)
         tensors[name] = keep.detach().contiguous().clone()
     for attn, (k, v) in (kv_scales or {}).items():
         if attn in plan.kv:
             tensors[f"{attn}.k_scale"] = k.reshape(1).float()
             tensors[f"{attn}.v_scale"] = v.reshape(1).float()
     cfg = model.config.to_dict()
-    cfg["quantization_config"] = quantization_config(plan, weights, activations)
+    cfg.pop("_attn_implementation_internal", None)  # the FP8-KV wrapper is posttrain's, not the model's
+    cfg["quantization_config"] = quantization_config(plan, weights, activations, bf16_experts)
     cfg["dtype"] = "bfloat16" if rest_dtype == "bf16" else "float32"
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
@@ -124,6 +149,36 @@ def export(model: Any, tokenizer: Any, plan: Any, out: str | Path, weights: str,
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+def _is_fused_experts(mod: Any) -> bool:
+    """A module holding all experts of an MoE layer as [E, out, in] tensors (NemotronH's layout)."""
+    if isinstance(mod, FP8Experts):
+        return True
+    ps = dict(mod.named_parameters(recurse=False))
+    return set(ps) == set(EXPERT_PROJS) and all(p.dim() == 3 for p in ps.values())
+
+
+EXPERT_KEY = re.compile(r"^(?P<mod>.*\.experts)\.(?P<e>\d+)\.(?P<proj>up_proj|down_proj)\.(?P<what>weight|weight_scale|input_scale)$")
+
+
+def _read_experts(tensors: dict[str, torch.Tensor], path: Path) -> dict[str, dict[str, dict[int, dict[str, torch.Tensor]]]]:
+    """Pop the per-expert tensors out of ``tensors``: {module: {proj: {expert: {what: tensor}}}}."""
+    out: dict[str, dict[str, dict[int, dict[str, torch.Tensor]]]] = {}
+    for k in [k for k in tensors if EXPERT_KEY.match(k)]:
+        m = EXPERT_KEY.match(k)
+        assert m is not None
+        out.setdefault(m["mod"], {}).setdefault(m["proj"], {}).setdefault(int(m["e"]), {})[m["what"]] = tensors.pop(k)
+    for mod, projs in out.items():
+        counts = {p: sorted(d) for p, d in projs.items()}
+        n = len(counts.get("up_proj", []))
+        if set(projs) != set(EXPERT_PROJS) or any(c != list(range(n)) for c in counts.values()):
+            raise UserError(f"{path}: experts of {mod} are incomplete ({ {p: len(c) for p, c in counts.items()} })")
+    return out
+
+
+def _stack(per: dict[int, dict[str, torch.Tensor]], what: str) -> torch.Tensor:
+    return torch.stack([per[e][what] for e in sorted(per)])
 
 
 def is_fp8_checkpoint(spec: str | Path) -> bool:
@@ -158,10 +213,20 @@ def load_fp8(path: str | Path, dtype: torch.dtype = torch.float32) -> Any:
         raise UserError(f"{path}: cannot read model.safetensors ({type(e).__name__}: {e})") from None
     with torch.device("cpu"):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    experts = _read_experts(tensors, path)
     fp8 = sorted(k[: -len(".weight_scale")] for k in tensors if k.endswith(".weight_scale"))
     kv = sorted(k[: -len(".k_scale")] for k in tensors if k.endswith(".k_scale"))
     plain = {k: v.to(dtype) if v.is_floating_point() else v for k, v in tensors.items()
              if k.rpartition(".")[0] not in fp8 and not k.endswith((".k_scale", ".v_scale"))}
+    fp8_experts = {}
+    for mod, projs in experts.items():
+        if all("weight_scale" in d for p in projs.values() for d in p.values()):
+            fp8_experts[mod] = projs
+        elif any("weight_scale" in d for p in projs.values() for d in p.values()):
+            raise UserError(f"{path}: experts of {mod} are partly FP8")
+        else:  # a BF16 MoE layer: fuse the per-expert weights back into [E, out, in]
+            for p, per in projs.items():
+                plain[f"{mod}.{p}"] = _stack(per, "weight").to(dtype)
     missing, unexpected = model.load_state_dict(plain, strict=False)
     if unexpected:
         raise UserError(f"{path}: tensors the model does not have: {', '.join(unexpected[:5])}")
@@ -172,14 +237,23 @@ def load_fp8(path: str | Path, dtype: torch.dtype = torch.float32) -> Any:
         bias = tensors.get(f"{name}.bias")
         set_module(model, name, FP8Linear(w, tensors[f"{name}.weight_scale"], None if bias is None else bias.to(dtype),
                                           activations, tensors.get(f"{name}.input_scale"), dtype))
+    for mod, projs in fp8_experts.items():
+        scales = {}
+        for p in EXPERT_PROJS:
+            s = _stack(projs[p], "weight_scale")
+            scales[p] = s if s.dim() == 3 else s.reshape(-1, 1, 1)  # [E, out, 1] or per expert [E, 1, 1]
+        ins = {p: _stack(projs[p], "input_scale").amax().reshape(1) if all("input_scale" in d for d in projs[p].values())
+               else None for p in EXPERT_PROJS}
+        old = model.get_submodule(mod)
+        set_module(model, mod, FP8Experts(old.act_fn, _stack(projs["up_proj"], "weight"), scales["up_proj"],
+                                          _stack(projs["down_proj"], "weight"), scales["down_proj"], activations,
+                                          ins["up_proj"], ins["down_proj"], dtype))
     if getattr(config, "tie_word_embeddings", False):
         model.tie_weights()
-    still_missing = [m for m in missing if m.rpartition(".")[0] not in fp8 and not
+    still_missing = [m for m in missing if m.rpartition(".")[0] not in fp8 and m.rpartition(".")[0] not in fp8_experts and not
                      (getattr(config, "tie_word_embeddings", False) and m.startswith("lm_head"))]
     if still_missing:
         raise UserError(f"{path}: missing tensors {', '.join(still_missing[:5])}")
-    for attn in kv:
-        model.get_submodule(f"{attn}.k_proj").register_forward_hook(kv_hook(tensors[f"{attn}.k_scale"]))
-        model.get_submodule(f"{attn}.v_proj").register_forward_hook(kv_hook(tensors[f"{attn}.v_scale"]))
+    install_kv(model, {attn: (tensors[f"{attn}.k_scale"], tensors[f"{attn}.v_scale"]) for attn in kv})
     model.eval()
     return model

@@ -18,7 +18,9 @@ Policies (``configs/quant.py: PolicyConfig``):
   all MoE experts and MLPs go FP8; the KV cache goes FP8. On a dense model (no Mamba) this keeps
   attention BF16 and puts the MLPs in FP8.
 * ``patterns``: modules whose name matches one of the ``keep_bf16`` regexes stay BF16.
-* ``searched``: the ``budget`` most sensitive units of a sensitivity ranking stay BF16.
+* ``searched``: the ``budget`` most sensitive units of a sensitivity ranking stay BF16, or, with
+  ``budget_params``, the most sensitive units that fit in that many BF16 parameters (greedy down
+  the ranking; ``"recipe"``: the recipe rule's count, for a comparison at equal memory).
 * ``none``: nothing in FP8 (the BF16 reference).
 """
 
@@ -128,9 +130,28 @@ def read_ranking(path: str | Path) -> list[str]:
     return [r["unit"] for r in rows]
 
 
+def unit_params(model: Any, unit: Unit) -> int:
+    """Quantizable parameters of a unit (its Linears' weights and its expert tensors)."""
+    n = sum(model.get_submodule(m).weight.numel() for m in unit.linears)
+    return n + sum(model.get_parameter(p).numel() for p in unit.experts)
+
+
+def within_params(model: Any, units: list[Unit], ranking: list[str], budget_params: int) -> list[str]:
+    """Down the ranking, the units that still fit in ``budget_params`` parameters."""
+    by_name = {u.name: u for u in units}
+    keep, used = [], 0
+    for name in ranking:
+        n = unit_params(model, by_name[name])
+        if used + n <= budget_params:
+            keep.append(name)
+            used += n
+    return keep
+
+
 def make_plan(
     model: Any, policy: str, keep_bf16: list[str] | None = None, ranking: list[str] | None = None,
     budget: int = 0, kv_cache: str = "auto", units: list[Unit] | None = None,
+    budget_params: int | str | None = None,
 ) -> Plan:
     units = units if units is not None else find_units(model)
     names = [u.name for u in units]
@@ -147,7 +168,13 @@ def make_plan(
         unknown = [r for r in ranking if r not in names]
         if unknown:
             raise UserError(f"policy.ranking names units this model lacks: {', '.join(unknown[:5])}")
-        keep_units = ranking[:budget]
+        if budget_params is None:
+            keep_units = ranking[:budget]
+        else:
+            if budget_params == "recipe":
+                by_name = {u.name: u for u in units}
+                budget_params = sum(unit_params(model, by_name[n]) for n in recipe_bf16_units(units))
+            keep_units = within_params(model, units, ranking, int(budget_params))
     elif policy == "patterns":
         try:
             rx = [re.compile(p) for p in keep_bf16 or []]

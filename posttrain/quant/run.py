@@ -39,7 +39,7 @@ def prepare(cfg: QuantConfig) -> dict[str, Any]:
 
     from posttrain.models.loading import load_model
     from posttrain.quant import calibrate, policy
-    from posttrain.quant.simulate import round_weights
+    from posttrain.quant.simulate import expert_modules, round_weights
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -51,7 +51,7 @@ def prepare(cfg: QuantConfig) -> dict[str, Any]:
     units = policy.find_units(model)
     ranking = policy.read_ranking(cfg.policy.ranking) if cfg.policy.type == "searched" else None
     plan = policy.make_plan(model, cfg.policy.type, cfg.policy.keep_bf16, ranking, cfg.policy.budget,
-                            cfg.kv_cache, units)
+                            cfg.kv_cache, units, cfg.policy.budget_params)
     c = cfg.calibration
     texts = calibrate.calibration_texts(c.source, c.samples + cfg.search.samples, c.data, cfg.model, c.seed)
     calib_texts, search_texts = texts[:c.samples], texts[c.samples:]
@@ -63,14 +63,26 @@ def prepare(cfg: QuantConfig) -> dict[str, Any]:
     t_load = time.perf_counter() - t0
     t1 = time.perf_counter()
     input_scales, kv_scales = {}, {}
-    all_linears = [n for u in units for n in u.linears]
-    if cfg.activations == "static" or plan.kv:
-        kv_units = [u.name for u in units if u.kind == "attention"]
+    static = cfg.activations == "static"
+    kv_units = [u.name for u in units if u.kind == "attention"]
+    experts = expert_modules([p for u in units for p in u.experts])
+    in_keys = [n for u in units for n in u.linears] + [f"{e}.{p}" for e in experts for p in ("up_proj", "down_proj")]
+    need_in, need_kv = (in_keys if static else []), (kv_units if plan.kv else [])
+    fingerprint = json.dumps({"model": cfg.model, **c.model_dump(mode="json", exclude={"scales"})}, sort_keys=True)
+    reused = bool(c.scales and Path(c.scales).exists())
+    if reused:
+        input_scales, kv_scales = calibrate.load_scales(c.scales, fingerprint, need_in, need_kv)
+        print(f"calibration: scales from {c.scales}")
+    elif need_in or need_kv or c.scales:
+        every = c.scales is not None  # a reusable file holds every scale any policy may need
         input_scales, kv_scales = calibrate.collect_amax(
-            model, calib, all_linears if cfg.activations == "static" else [], kv_units)
+            model, calib, [n for u in units for n in u.linears] if (static or every) else [],
+            kv_units if (need_kv or every) else [], experts if (static or every) else [])
+        if c.scales:
+            calibrate.save_scales(c.scales, fingerprint, input_scales, kv_scales)
     return {"model": model, "tokenizer": tok, "units": units, "plan": plan, "calib": calib, "held_out": held_out,
             "input_scales": input_scales, "kv_scales": kv_scales, "seconds_load": t_load,
-            "seconds_calibrate": time.perf_counter() - t1, "calib_texts": len(calib_texts),
+            "seconds_calibrate": time.perf_counter() - t1, "scales_reused": reused, "calib_texts": len(calib_texts),
             "calib_tokens": int(sum(int(b["attention_mask"].sum()) for b in calib))}
 
 
@@ -86,7 +98,8 @@ def quantize(cfg: QuantConfig, search: bool = False, evaluate_loss: bool = True)
     report: dict[str, Any] = {"config": cfg.model_dump(mode="json"), "plan": plan.to_dict(),
                               "units": [{"unit": u.name, "kind": u.kind, "layer": u.layer} for u in st["units"]],
                               "calibration_texts": st["calib_texts"], "calibration_tokens": st["calib_tokens"],
-                              "seconds_load": st["seconds_load"], "seconds_calibrate": st["seconds_calibrate"]}
+                              "seconds_load": st["seconds_load"], "seconds_calibrate": st["seconds_calibrate"],
+                              "calibration_scales_reused": st["scales_reused"]}
     print(f"{len(st['units'])} units; FP8: {len(plan.linears)} linears, {len(plan.experts)} expert tensors, "
           f"KV in {len(plan.kv)} attention layers; BF16 units: {', '.join(plan.bf16_units) or 'none'}")
     ref = None

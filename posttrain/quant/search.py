@@ -22,7 +22,7 @@ import torch
 
 from posttrain.quant.calibrate import reference_logprobs, score
 from posttrain.quant.policy import Plan, Unit
-from posttrain.quant.simulate import apply_plan
+from posttrain.quant.simulate import apply_plan, expert_modules, set_module
 
 
 def sensitivity(model: Any, units: list[Unit], data: list[dict[str, torch.Tensor]], weights: str,
@@ -33,17 +33,13 @@ def sensitivity(model: Any, units: list[Unit], data: list[dict[str, torch.Tensor
     rows = []
     for u in units:
         t0 = time.perf_counter()
-        saved = {n: model.get_submodule(n) for n in u.linears}
-        saved_experts = {p: model.get_parameter(p).detach().clone() for p in u.experts}
+        # the modules apply_plan replaces (Linears, fused-experts modules), put back afterwards
+        saved = {n: model.get_submodule(n) for n in u.linears + expert_modules(u.experts)}
         plan = Plan(linears=u.linears, experts=u.experts, kv=[], ignore=[], bf16_units=[])
         apply_plan(model, plan, weights, activations, input_scales)
         s = score(model, data, ref)
         for n, mod in saved.items():  # undo
-            parent, _, child = n.rpartition(".")
-            setattr(model.get_submodule(parent), child, mod)
-        with torch.no_grad():
-            for p, t in saved_experts.items():
-                model.get_parameter(p).copy_(t)
+            set_module(model, n, mod)
         rows.append({"unit": u.name, "kind": u.kind, "layer": u.layer, "kl": s["kl"],
                      "delta_loss": s["loss"] - base["loss"], "base_loss": base["loss"],
                      "seconds": time.perf_counter() - t0})

