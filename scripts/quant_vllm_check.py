@@ -76,6 +76,34 @@ def ours_greedy(path: str, prompts: list[list[int]]) -> list[list[int]]:
     return outs
 
 
+def divergence_margins(path: str, prompts: list[list[int]], theirs: list[list[int]], mine: list[list[int]]
+                       ) -> list[dict | None]:
+    """Where vLLM's greedy tokens first differ from ours: how close a call it was *for our model*.
+
+    Teacher-forced on the common prefix, our log-prob of our token minus our log-prob of vLLM's
+    token (nats) and the rank of vLLM's token in our distribution. A near-tie (a small margin,
+    rank 2) means the two engines disagree only where the model itself is undecided, the expected
+    effect of bf16 vs fp32 arithmetic; a large margin would point to a real difference in the
+    quantized weights or scales."""
+    import torch
+
+    from posttrain.quant.checkpoint import load_fp8
+
+    model = load_fp8(path)
+    out: list[dict | None] = []
+    for p, a, b in zip(prompts, theirs, mine):
+        i = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), None)
+        if i is None:
+            out.append(None)
+            continue
+        with torch.no_grad():
+            logits = model(torch.tensor([p + b[:i]])).logits[0, -1].float()
+        lp = torch.log_softmax(logits, -1)
+        out.append({"position": i, "margin_nats": float(lp[b[i]] - lp[a[i]]),
+                    "vllm_token_rank": int((lp > lp[a[i]]).sum()) + 1})
+    return out
+
+
 def check(path: str, venv: str | None = None, timeout: int = 600) -> dict:
     """Run vLLM on the export and posttrain's simulation on the same prompts; the comparison."""
     import torch
@@ -109,6 +137,7 @@ def check(path: str, venv: str | None = None, timeout: int = 600) -> dict:
                                    for a, b in zip(theirs["outputs"], mine)]
         theirs["prompts"] = len(prompts)
         theirs["ours"] = mine
+        theirs["divergence"] = divergence_margins(path, prompts, theirs["outputs"], mine)
     return theirs
 
 
@@ -135,6 +164,10 @@ def main() -> int:
             print(f"{path}: vLLM {r['vllm_version']} load {r['seconds_load']:.1f}s; identical greedy outputs "
                   f"{r['identical']}/{r['prompts']} ({MAX_TOKENS} tokens); tokens before the first difference "
                   f"{r['common_prefix']}")
+            for d in r["divergence"]:
+                if d:
+                    print(f"  first difference at token {d['position']}: our margin {d['margin_nats']:.3f} nats, "
+                          f"vLLM's token ranked {d['vllm_token_rank']} by our model")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0

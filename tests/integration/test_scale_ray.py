@@ -40,9 +40,11 @@ def _cfg(run_dir, *over) -> RLConfig:
 
 
 def _metrics(run_dir) -> list[dict]:
-    """Each line without wall times (they differ from run to run)."""
+    """Each line without wall times (they differ from run to run) and without the precision
+    decision, which every invocation logs on its first line (a resumed run too)."""
     rows = [json.loads(line) for line in open(run_dir / "metrics.jsonl")]
-    return [{k: v for k, v in r.items() if not k.startswith("time") and k != "step_s"} for r in rows]
+    return [{k: v for k, v in r.items() if not k.startswith(("time", "precision", "probe_")) and k != "step_s"}
+            for r in rows]
 
 
 def _weights(run_dir, step=3) -> dict:
