@@ -8,17 +8,23 @@ Stages:
                   math environment's verifier, split by operand size;
 3. **sft**      — supervised fine-tuning (train/sft.py) on the generated set;
 4. **after**    — the same measurements on the fine-tuned checkpoint;
-5. **rlvr**     — multi-environment RLVR with GRPO (train/rl.py) from the SFT checkpoint: math
-                  (arithmetic families), mcq and instruction following 1:1:1, tasks sampled
-                  uniformly, validated greedily per domain at the first and last step
-                  (``--no-rlvr`` skips it);
+5. **rlvr**     — GRPO (train/rl.py) from the SFT checkpoint on the ``arithmetic`` environment:
+                  the train split of the very problems the held-out accuracy measures, sampled
+                  with the reasoning-on prompt and the token budget the measurement uses (the
+                  three-domain mix with reasoning off, as before issue 17, left arithmetic at
+                  55.0% → 55.0%: it trained on other problems, in another prompt format);
+                  validated greedily at the first and last step (``--no-rlvr`` skips it);
 6. **after_rl** — the arithmetic measurements on the RL checkpoint;
-7. **report**   — a table on stdout (before / after SFT / after RL), the RL run's per-domain
-                  validation start → end, ``report.json`` and ``report.png`` in the run directory;
+   **sft_arm** (``--sft-arm``) — SFT continued from the SFT checkpoint for the RLVR stage's wall
+                  time, then **after_sft_arm**, its measurements: does RL beat more SFT?
+7. **report**   — a table on stdout (each accuracy ± its standard error, each stage's paired gain
+                  ± paired standard error on the same problems), ``report.json``, ``report.png``,
+                  ``report.md`` (table, plots, noise, commands, run directories; pipeline_report.py)
+                  and TensorBoard events under ``tb/``;
 8. **distill** (``--distill``) — two RLVR specialists from the SFT checkpoint (math only, instruction
                   only; the other domains validated only), then multi-teacher on-policy distillation
                   of both into the SFT checkpoint (posttrain/distill); a table of every domain's
-                  held-out reward for the base, each teacher, the RLVR mix and the student,
+                  held-out reward for the base, each teacher and the student,
                   ``distill.json`` and ``distill.png``;
 9. **rlhf** (``--rlhf``, opt-in) — a GenRM trained with GRPO on rule-built math preference pairs
                   (both orders) from the SFT checkpoint, then RLHF from the RLVR checkpoint (or the
@@ -29,16 +35,13 @@ Stages:
                   then SFT on the curated rows vs SFT on the same number of unfiltered samples
                   (experiments/curation.py), and the held-out accuracy of both.
 
-Every stage writes its result to ``<run_dir>/stages/<name>.json``; a re-run skips finished stages,
-and SFT and each RL run resume from their last checkpoint, so an interrupted pipeline picks up
-where it stopped. ``--fresh`` starts over.
+Every stage writes its result to ``<run_dir>/stages/<name>.json`` (with its wall time, CPU time
+and load average); a re-run skips finished stages, and SFT and each RL run resume from their last
+checkpoint, so an interrupted pipeline picks up where it stopped; Ctrl-C prints the stage it
+stopped in and the command that resumes. ``--fresh`` starts over.
 
-Sizes: through ``after`` the default took about 13 minutes on 2 CPU cores and ``--quick`` about 3
-(docs/results/pipeline.md). The rlvr stage (10 steps of 6 prompts x 6 rollouts of up to 96 tokens,
-plus two validations of 3 x 32 tasks) took 25 minutes measured on cores shared with two other RL
-runs, about 70 s a step; alone it should take roughly half that. ``--distill`` runs three more RL
-runs of the same size (MOPD also scores with the teachers); ``--quick`` (2 steps, 8 tasks per
-domain) adds a few minutes per run.
+Sizes and measured times (CPU time, wall time, load average; three ``--quick`` seeds) are in
+docs/results/pipeline.md; ``bench/pipeline.py`` reproduces them.
 """
 
 from __future__ import annotations
