@@ -85,7 +85,7 @@ class PipelineConfig(StrictModel):
         return self
 
 QUICK = {"n_train": 400, "n_eval": 96, "n_val_rows": 24, "sft_steps": 20, "sft_batch_size": 8,
-         "sft_lr": 3e-4, "max_new_tokens": 72, "rl_steps": 2, "rl_prompts_per_step": 4, "rl_group_size": 4,
+         "sft_lr": 3e-4, "max_new_tokens": 64, "rl_steps": 2, "rl_prompts_per_step": 4, "rl_group_size": 4,
          "rl_arith_train_tasks": 200, "rl_val_tasks": 8, "specialist_steps": 2, "distill_steps": 2,
          "genrm_steps": 2, "rlhf_steps": 2, "run_dir": "runs/pipeline-quick"}
 """``posttrain pipeline --quick``: every default stage for a moment, sized so that the SFT gain is far
