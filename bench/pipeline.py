@@ -114,12 +114,12 @@ def main() -> None:
     key = "SFT (after SFT − before)"
     sft = [r["gains"][key]["accuracy"] for r in rows if key in r["gains"]]
     rl = [r["gains"]["RL (after RL − after SFT)"]["accuracy"] for r in rows if "RL (after RL − after SFT)" in r["gains"]]
-    name = "pipeline_quick" if args.quick else "pipeline"
+    name = "pipeline_quick" if all(r["kind"] == "quick" for r in rows) else "pipeline"
     if sft:
         z = min(g["gain"] / g["se"] if g["se"] else float("inf") for g in sft)
         mean = sum(g["gain"] for g in sft) / len(sft)
         extra = ""
-        if rl and not args.quick:
+        if rl and name == "pipeline":
             extra = f"; RL {rl[0]['gain'] * 100:+.1f} ± {rl[0]['se'] * 100:.1f} points"
         print(f"RESULT {name}: {mean * 100:+.1f} points (held-out answer accuracy gain of SFT, mean of {len(sft)} "
               f"run(s), smallest gain/paired-se {z:.1f}{extra})")
