@@ -32,7 +32,7 @@ class PipelineConfig(StrictModel):
     train split of the problems the held-out accuracy measures), reasoning-on prompts as measured."""
     rl_steps: int = Field(16, ge=1)
     """GRPO steps of the RLVR stage (``rl_prompts_per_step`` x ``rl_group_size`` rollouts each)."""
-    rl_lr: float = Field(5e-5, gt=0)
+    rl_lr: float = Field(1e-5, gt=0)
     """Constant learning rate of the RLVR stage: no warmup, no decay, no weight decay."""
     rl_prompts_per_step: int = Field(6, ge=1)
     """Prompts per RLVR step."""
