@@ -342,7 +342,8 @@ def _plot(run_dir: Path, cols: list[tuple[str, dict[str, Any]]], digits: list[st
         ax2.plot(*zip(*va), "o-", label="held-out")
     ax2.set_xlabel("step")
     ax2.set_title("SFT loss")
-    ax2.legend()
+    if tr or va:  # a run whose SFT stage lives in another run directory has no curve here
+        ax2.legend()
     if rl:
         _bars(axes[2], {"step 0 (SFT)": rl["val_start"], f"step {rl['steps']}": rl["val_end"]},
               f"RLVR validation reward ({rl['val_tasks']} tasks/domain)")
