@@ -89,5 +89,6 @@ QUICK = {"n_train": 400, "n_eval": 96, "n_val_rows": 24, "sft_steps": 20, "sft_b
          "sft_lr": 3e-4, "max_new_tokens": 64, "rl_steps": 2, "rl_prompts_per_step": 4, "rl_group_size": 4,
          "rl_arith_train_tasks": 200, "rl_val_tasks": 8, "specialist_steps": 2, "distill_steps": 2,
          "genrm_steps": 2, "rlhf_steps": 2, "run_dir": "runs/pipeline-quick"}
-"""``posttrain pipeline --quick``: every default stage for a moment, sized so that the SFT gain is far
-outside noise (docs/results/pipeline.md: three seeds) in about 5 minutes on 2 idle cores."""
+"""``posttrain pipeline --quick``: every default stage for a moment. Measured (docs/results/pipeline.md,
+two seeds): the answer-format gain is far outside noise, answer accuracy does not move, and it
+takes about 6 CPU-minutes at 1 thread."""
