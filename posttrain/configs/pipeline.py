@@ -90,5 +90,5 @@ QUICK = {"n_train": 400, "n_eval": 96, "n_val_rows": 24, "sft_steps": 20, "sft_b
          "rl_arith_train_tasks": 200, "rl_val_tasks": 8, "specialist_steps": 2, "distill_steps": 2,
          "genrm_steps": 2, "rlhf_steps": 2, "run_dir": "runs/pipeline-quick"}
 """``posttrain pipeline --quick``: every default stage for a moment. Measured (docs/results/pipeline.md,
-two seeds): the answer-format gain is far outside noise, answer accuracy does not move, and it
+three seeds): the answer-format gain is far outside noise, answer accuracy does not move, and it
 takes about 6 CPU-minutes at 1 thread."""
