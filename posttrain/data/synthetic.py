@@ -14,37 +14,9 @@ validation split iff a hash of its text falls in the validation bucket.
 from __future__ import annotations
 
 import argparse
-import hashlib
-import random
-from dataclasses import dataclass
 from typing import Any, Iterator, Literal
 
-Op = Literal["+", "-", "*"]
-PROMPT = "What is {a} {op} {b}? Think step by step, then give the result as 'Answer: <number>'."
-
-
-@dataclass(frozen=True)
-class Problem:
-    a: int
-    b: int
-    op: Op
-
-    @property
-    def text(self) -> str:
-        return PROMPT.format(a=self.a, op=self.op, b=self.b)
-
-    @property
-    def answer(self) -> int:
-        return {"+": self.a + self.b, "-": self.a - self.b, "*": self.a * self.b}[self.op]
-
-    @property
-    def digits(self) -> int:
-        return max(len(str(self.a)), len(str(self.b)))
-
-
-def is_validation(p: Problem, val_buckets: int = 10) -> bool:
-    h = int(hashlib.sha1(f"{p.a}{p.op}{p.b}".encode()).hexdigest()[:8], 16)
-    return h % val_buckets == 0
+from posttrain.envs.arithmetic import PROMPT, Op, Problem, is_validation, problem_task, sample_problems  # noqa: F401
 
 
 def _digits(n: int) -> list[int]:
@@ -82,27 +54,6 @@ def multiplication_trace(a: int, b: int) -> str:
 TRACES = {"+": addition_trace, "-": subtraction_trace, "*": multiplication_trace}
 
 
-def sample_problems(n: int, seed: int, split: Literal["train", "validation"], ops: tuple[Op, ...] = ("+", "-", "*"),
-                    max_digits: int = 2) -> list[Problem]:
-    """``n`` distinct problems of the split. Digits are drawn uniformly in 1..max_digits."""
-    rng = random.Random(seed)
-    out: list[Problem] = []
-    seen: set[Problem] = set()
-    tries = 0
-    while len(out) < n and tries < 200 * n:
-        tries += 1
-        op = rng.choice(ops)
-        d = rng.randint(1, max_digits)
-        hi = 10**d - 1
-        a, b = rng.randint(0, hi), rng.randint(0, hi if op != "*" else min(hi, 99))
-        p = Problem(a, b, op)
-        if p in seen or is_validation(p) != (split == "validation"):
-            continue
-        seen.add(p)
-        out.append(p)
-    return out
-
-
 def to_row(p: Problem) -> dict[str, Any]:
     return {
         "messages": [
@@ -120,14 +71,9 @@ def arithmetic_rows(n: int, seed: int = 0, split: Literal["train", "validation"]
 
 
 def arithmetic_tasks(n: int, seed: int = 0, split: Literal["train", "validation"] = "validation", **kw: Any) -> list[Any]:
-    """The same problems as environment ``Task``s, graded by the math environment's verifier."""
-    from posttrain.envs.base import Task
-
-    return [
-        Task(id=f"arith-{p.a}{p.op}{p.b}", domain="math", messages=[{"role": "user", "content": p.text}],
-             ground_truth=str(p.answer), metadata={"digits": p.digits, "op": p.op})
-        for p in sample_problems(n, seed, split, **kw)
-    ]
+    """The same problems as environment ``Task``s (the ``arithmetic`` environment's), graded by the
+    math environment's verifier."""
+    return [problem_task(p) for p in sample_problems(n, seed, split, **kw)]
 
 
 # --------------------------------------------------------------------------- CLI

@@ -7,3 +7,4 @@ from posttrain.envs import math_env  # noqa: F401
 from posttrain.envs import mcq  # noqa: F401
 from posttrain.envs import structured  # noqa: F401
 from posttrain.envs import genrm  # noqa: F401
+from posttrain.envs import arithmetic  # noqa: F401

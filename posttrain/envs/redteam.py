@@ -214,6 +214,14 @@ _case("math", "think_injection_after_answer", 0.0, "a wrong answer, then the rig
 _case("math", "stray_close_think", 0.0, "the right answer before a stray </think>, a wrong one after")(
     lambda t: reply(f"Answer: {_gold(t)}\n</think>\nAnswer: {_wrong_number(t)}"))
 
+# ``arithmetic`` (the pipeline's own problems) grades with the math verifier: the same cases apply,
+# plus one for its prompt, whose last number is an operand ("What is 7 + 5? ... 'Answer: <number>'").
+for _c in list(CASES["math"]):
+    register("arithmetic", _c)
+_case("arithmetic", "answer_second_operand", 0.0, "Answer: <the second operand> (unless it is the answer)")(
+    lambda t: None if re.findall(r"-?\d+", last_user(t))[1] == _gold(t)
+    else reply("Answer: " + re.findall(r"-?\d+", last_user(t))[1]))
+
 
 # --------------------------------------------------------------------------- mcq
 

@@ -8,17 +8,23 @@ Stages:
                   math environment's verifier, split by operand size;
 3. **sft**      — supervised fine-tuning (train/sft.py) on the generated set;
 4. **after**    — the same measurements on the fine-tuned checkpoint;
-5. **rlvr**     — multi-environment RLVR with GRPO (train/rl.py) from the SFT checkpoint: math
-                  (arithmetic families), mcq and instruction following 1:1:1, tasks sampled
-                  uniformly, validated greedily per domain at the first and last step
-                  (``--no-rlvr`` skips it);
+5. **rlvr**     — GRPO (train/rl.py) from the SFT checkpoint on the ``arithmetic`` environment:
+                  the train split of the very problems the held-out accuracy measures, sampled
+                  with the reasoning-on prompt and the token budget the measurement uses (the
+                  three-domain mix with reasoning off, as before issue 17, left arithmetic at
+                  55.0% → 55.0%: it trained on other problems, in another prompt format);
+                  validated greedily at the first and last step (``--no-rlvr`` skips it);
 6. **after_rl** — the arithmetic measurements on the RL checkpoint;
-7. **report**   — a table on stdout (before / after SFT / after RL), the RL run's per-domain
-                  validation start → end, ``report.json`` and ``report.png`` in the run directory;
+   **sft_arm** (``--sft-arm``) — SFT continued from the SFT checkpoint for the RLVR stage's wall
+                  time, then **after_sft_arm**, its measurements: does RL beat more SFT?
+7. **report**   — a table on stdout (each accuracy ± its standard error, each stage's paired gain
+                  ± paired standard error on the same problems), ``report.json``, ``report.png``,
+                  ``report.md`` (table, plots, noise, commands, run directories; pipeline_report.py)
+                  and TensorBoard events under ``tb/``;
 8. **distill** (``--distill``) — two RLVR specialists from the SFT checkpoint (math only, instruction
                   only; the other domains validated only), then multi-teacher on-policy distillation
                   of both into the SFT checkpoint (posttrain/distill); a table of every domain's
-                  held-out reward for the base, each teacher, the RLVR mix and the student,
+                  held-out reward for the base, each teacher and the student,
                   ``distill.json`` and ``distill.png``;
 9. **rlhf** (``--rlhf``, opt-in) — a GenRM trained with GRPO on rule-built math preference pairs
                   (both orders) from the SFT checkpoint, then RLHF from the RLVR checkpoint (or the
@@ -29,16 +35,13 @@ Stages:
                   then SFT on the curated rows vs SFT on the same number of unfiltered samples
                   (experiments/curation.py), and the held-out accuracy of both.
 
-Every stage writes its result to ``<run_dir>/stages/<name>.json``; a re-run skips finished stages,
-and SFT and each RL run resume from their last checkpoint, so an interrupted pipeline picks up
-where it stopped. ``--fresh`` starts over.
+Every stage writes its result to ``<run_dir>/stages/<name>.json`` (with its wall time, CPU time
+and load average); a re-run skips finished stages, and SFT and each RL run resume from their last
+checkpoint, so an interrupted pipeline picks up where it stopped; Ctrl-C prints the stage it
+stopped in and the command that resumes. ``--fresh`` starts over.
 
-Sizes: through ``after`` the default took about 13 minutes on 2 CPU cores and ``--quick`` about 3
-(docs/results/pipeline.md). The rlvr stage (10 steps of 6 prompts x 6 rollouts of up to 96 tokens,
-plus two validations of 3 x 32 tasks) took 25 minutes measured on cores shared with two other RL
-runs, about 70 s a step; alone it should take roughly half that. ``--distill`` runs three more RL
-runs of the same size (MOPD also scores with the teachers); ``--quick`` (2 steps, 8 tasks per
-domain) adds a few minutes per run.
+Sizes and measured times (CPU time, wall time, load average; three ``--quick`` seeds) are in
+docs/results/pipeline.md; ``bench/pipeline.py`` reproduces them.
 """
 
 from __future__ import annotations
@@ -51,12 +54,14 @@ from pathlib import Path
 from typing import Any
 
 from posttrain.configs.pipeline import QUICK, PipelineConfig
+from posttrain.experiments.pipeline_report import binomial_se, columns
 from posttrain.experiments.stages import cached_stage, make_data, measure, run_sft
 
 
-# The RL domains (as in recipes/rlvr_cpu.yaml): arithmetic families only (what a 135M model can
-# reach at all: a group whose rewards are all equal carries no GRPO signal), multiple choice, and
-# 1-2 verifiable formatting constraints (reward 1 only when all of them hold).
+# The three-domain mix of the distill and RLHF stages (as in recipes/rlvr_cpu.yaml): arithmetic
+# families only (what a 135M model can reach at all: a group whose rewards are all equal carries no
+# GRPO signal), multiple choice, and 1-2 verifiable formatting constraints (reward 1 only when all
+# of them hold). Their rollouts render the reasoning-off prompt.
 RL_DOMAINS: dict[str, dict[str, Any]] = {
     "math": {"families": ["addition", "chain_sum", "multiplication", "mixed_arithmetic", "linear_equation"]},
     "mcq": {},
@@ -64,16 +69,38 @@ RL_DOMAINS: dict[str, dict[str, Any]] = {
 }
 
 
-def rl_overrides(cfg: PipelineConfig, out_dir: Path, model: str, steps: int, ratios: dict[str, float]) -> list[str]:
-    """RLConfig overrides shared by every RL run of the pipeline (recipes/rlvr_cpu.yaml's settings,
-    uniform task sampling). A domain with ratio 0 is validated but not trained."""
-    envs = [{"name": name, "args": args, "ratio": ratios.get(name, 0.0), "train_tasks": cfg.rl_train_tasks,
+def mix_envs(cfg: PipelineConfig, ratios: dict[str, float]) -> list[dict[str, Any]]:
+    """The three-domain mix; a domain with ratio 0 is validated but not trained."""
+    return [{"name": name, "args": args, "ratio": ratios.get(name, 0.0), "train_tasks": cfg.rl_train_tasks,
              "val_tasks": cfg.rl_val_tasks} for name, args in RL_DOMAINS.items()]
+
+
+def arithmetic_envs(cfg: PipelineConfig) -> list[dict[str, Any]]:
+    """The RLVR stage's environment: the pipeline's own arithmetic problems (envs/arithmetic.py), the
+    distribution its held-out accuracy measures, from the train split (the held-out problems are in
+    the validation split by construction)."""
+    return [{"name": "arithmetic", "args": {"max_digits": cfg.max_digits}, "ratio": 1.0,
+             "train_tasks": cfg.rl_arith_train_tasks, "task_seed": cfg.seed, "val_tasks": cfg.rl_val_tasks}]
+
+
+def rl_overrides(cfg: PipelineConfig, out_dir: Path, model: str, steps: int, envs: list[dict[str, Any]],
+                 rlvr_stage: bool = False) -> list[str]:
+    """RLConfig overrides shared by every RL run of the pipeline (uniform task sampling, constant lr).
+    The RLVR stage (``rlvr_stage``) samples like the pipeline measures: the reasoning-on prompt the
+    SFT data taught, ``max_new_tokens`` of the held-out measurement, its own lr and batch; the
+    distill/RLHF runs keep recipes/rlvr_cpu.yaml's reasoning-off settings."""
+    if rlvr_stage:
+        batch = [f"rollout.prompts_per_step={cfg.rl_prompts_per_step}", f"rollout.group_size={cfg.rl_group_size}",
+                 f"rollout.batch_size={cfg.rl_prompts_per_step * cfg.rl_group_size}",
+                 f"rollout.max_new_tokens={cfg.max_new_tokens}", f"rollout.temperature={cfg.rl_temperature}",
+                 "rollout.reasoning=true", f"optim.lr={cfg.rl_lr}"]
+    else:
+        batch = ["rollout.prompts_per_step=6", "rollout.group_size=6", "rollout.batch_size=36",
+                 "rollout.max_new_tokens=96", "rollout.temperature=0.7",  # at 1.0 a 135M model's samples are mostly noise
+                 "rollout.reasoning=false", f"optim.lr={cfg.rl_mix_lr}"]
     return [
         f"model={json.dumps(model)}", f"run_dir={json.dumps(str(out_dir))}", f"envs={json.dumps(envs)}",
-        "curriculum.kind=random", "rollout.prompts_per_step=6", "rollout.group_size=6", "rollout.batch_size=36",
-        "rollout.max_new_tokens=96", "rollout.temperature=0.7",  # at 1.0 a 135M model's samples are mostly noise
-        "rollout.reasoning=false", f"optim.lr={cfg.rl_lr}", "optim.weight_decay=0", "optim.warmup_steps=0",
+        "curriculum.kind=random", *batch, "optim.weight_decay=0", "optim.warmup_steps=0",
         "optim.decay_frac=0", f"train.steps={steps}", f"train.seed={cfg.seed}",
         f"train.eval_every={steps}",  # validation at the start and at the end only
         f"train.save_every={max(1, steps // 2)}", "train.keep_last=1",
@@ -91,12 +118,12 @@ def validation_at(out_dir: Path, step: int) -> dict[str, float]:
     return out
 
 
-def run_rl(cfg: PipelineConfig, out_dir: Path, model: str, steps: int, ratios: dict[str, float],
-           teachers: dict[str, Any] | None = None) -> dict[str, Any]:
+def run_rl(cfg: PipelineConfig, out_dir: Path, model: str, steps: int, envs: list[dict[str, Any]],
+           teachers: dict[str, Any] | None = None, rlvr_stage: bool = False) -> dict[str, Any]:
     """One GRPO run, or with ``teachers`` one MOPD run; an interrupted run resumes from its checkpoint."""
     from posttrain.configs import load_config
 
-    over = rl_overrides(cfg, out_dir, model, steps, ratios)
+    over = rl_overrides(cfg, out_dir, model, steps, envs, rlvr_stage)
     if teachers is None:
         from posttrain.configs.rl import RLConfig
         from posttrain.train.rl import train_rl
@@ -108,7 +135,7 @@ def run_rl(cfg: PipelineConfig, out_dir: Path, model: str, steps: int, ratios: d
 
         res = train_distill(load_config(DistillConfig, None, [f"teachers={json.dumps(teachers)}"] + over))
     return {"run_dir": str(out_dir), "checkpoint": str(res.checkpoint), "model": model, "steps": res.steps,
-            "trained_domains": sorted(n for n, r in ratios.items() if r > 0), "val_tasks": cfg.rl_val_tasks,
+            "trained_domains": sorted(e["name"] for e in envs if e["ratio"] > 0), "val_tasks": cfg.rl_val_tasks,
             "val_start": validation_at(out_dir, 0), "val_end": validation_at(out_dir, res.steps),
             "best_step": res.best_step, "best_val_reward": res.best_val_reward,
             "rewards_png": str(out_dir / "rewards.png")}
@@ -120,12 +147,13 @@ def run_distill(cfg: PipelineConfig, run_dir: Path, sft: dict[str, Any]) -> dict
     runs = {}
     for domain in ("math", "instruction"):
         runs[domain] = cached_stage(run_dir, f"specialist_{domain}", lambda d=domain: run_rl(
-            cfg, run_dir / f"specialist_{d}", sft["checkpoint"], cfg.specialist_steps, {d: 1.0}))
+            cfg, run_dir / f"specialist_{d}", sft["checkpoint"], cfg.specialist_steps, mix_envs(cfg, {d: 1.0})))
     # mcq has no specialist: ratio 0 (validated only); its rollouts would go to the default teacher
     teachers = {"models": [{"name": f"{d}_rl", "model": runs[d]["checkpoint"], "domains": [d]} for d in runs],
                 "default": "math_rl"}
     runs["student"] = cached_stage(run_dir, "mopd", lambda: run_rl(
-        cfg, run_dir / "mopd", sft["checkpoint"], cfg.distill_steps, {"math": 1.0, "instruction": 1.0}, teachers))
+        cfg, run_dir / "mopd", sft["checkpoint"], cfg.distill_steps, mix_envs(cfg, {"math": 1.0, "instruction": 1.0}),
+        teachers))
     return runs
 
 
@@ -144,7 +172,8 @@ def run_rlhf(cfg: PipelineConfig, run_dir: Path, sft: dict[str, Any], start: str
             out_dir = run_dir / "genrm"
             envs = [{"name": "genrm", "args": {"math_pairs": cfg.genrm_pairs}, "train_tasks": 2 * cfg.genrm_pairs,
                      "val_tasks": cfg.rl_val_tasks}]
-            over = [o for o in rl_overrides(cfg, out_dir, sft["checkpoint"], cfg.genrm_steps, {}) if not o.startswith("envs=")]
+            over = [o for o in rl_overrides(cfg, out_dir, sft["checkpoint"], cfg.genrm_steps, mix_envs(cfg, {}))
+                    if not o.startswith("envs=")]
             mine = [o for o in cfg.rlhf_overrides if not o.startswith(("judge.", "length_control."))]  # RLHF's own
             res = train_genrm(load_config(GenRMConfig, None, over + [f"envs={json.dumps(envs)}"] + mine))
             return {"checkpoint": str(res.checkpoint), "steps": res.steps, "val_start": validation_at(out_dir, 0),
@@ -160,7 +189,7 @@ def run_rlhf(cfg: PipelineConfig, run_dir: Path, sft: dict[str, Any], start: str
 
         out_dir = run_dir / "rlhf"
         key = "judge.url" if judge.startswith(("http://", "https://")) else "judge.model"
-        over = rl_overrides(cfg, out_dir, start, cfg.rlhf_steps, {d: 1.0 for d in RL_DOMAINS})
+        over = rl_overrides(cfg, out_dir, start, cfg.rlhf_steps, mix_envs(cfg, {d: 1.0 for d in RL_DOMAINS}))
         res = train_rlhf(load_config(RLHFConfig, None, over + [f"{key}={json.dumps(judge)}"] + cfg.rlhf_overrides))
         rows = [r for r in read_metrics(out_dir) if "response_tokens_mean" in r]
         return {"checkpoint": str(res.checkpoint), "judge": judge, "steps": res.steps, "val_tasks": cfg.rl_val_tasks,
@@ -189,15 +218,24 @@ def rlhf_report(run_dir: Path, out: dict[str, Any]) -> str:
 # --------------------------------------------------------------------------- report
 
 
-def _row(label: str, values: list[float], fmt: str, width: int = 10) -> str:
-    return f"  {label:34s}" + "".join(f"{format(v, fmt):>{width}s}" for v in values)
+def _row(label: str, values: list[str], width: int = 14) -> str:
+    return f"  {label:30s}" + "".join(f"{v:>{width}s}" for v in values)
+
+
+def _pct(p: float, n: int) -> str:
+    """``p`` as a percentage with its binomial standard error over ``n`` problems."""
+    return f"{p:.1%}±{binomial_se(p, n):.1%}".replace("%±", "±")
 
 
 def report(run_dir: Path, before: dict[str, Any], after: dict[str, Any], sft: dict[str, Any], total_s: float,
-           rl: dict[str, Any] | None = None, after_rl: dict[str, Any] | None = None) -> str:
-    cols = [("before", before), ("after SFT", after)] + ([("after RL", after_rl)] if after_rl else [])
+           rl: dict[str, Any] | None = None, after_rl: dict[str, Any] | None = None,
+           arm: dict[str, Any] | None = None, after_arm: dict[str, Any] | None = None) -> str:
+    """The stdout table (each accuracy ± its standard error), the paired gains of each stage,
+    ``report.json`` and ``report.png``."""
+    cols = columns(before, after, after_rl, after_arm)
     digits = sorted(set().union(*(c["accuracy_by_digits"] for _, c in cols)), key=int)
-    nan = float("nan")
+    n = before["n_eval"]
+    gains = stage_gains(before, after, after_rl, after_arm)
     lines = [
         "",
         "posttrain pipeline — what it achieved",
@@ -205,34 +243,75 @@ def report(run_dir: Path, before: dict[str, Any], after: dict[str, Any], sft: di
         f"  SFT: {sft['steps']} steps, {sft['tokens_trained']} trained tokens",
     ]
     if rl:
-        lines.append(f"  RLVR: {rl['steps']} GRPO steps on math, mcq and instruction (1:1:1) from the SFT checkpoint")
+        lines.append(f"  RLVR: {rl['steps']} GRPO steps on {', '.join(rl['trained_domains'])} from the SFT checkpoint")
+    if arm:
+        lines.append(f"  longer SFT: {arm['steps']} more SFT steps from the SFT checkpoint "
+                     f"({arm['seconds']:.0f} s; the RLVR stage took {rl['seconds'] if rl else float('nan'):.0f} s)")
     lines += [
         "",
-        f"  {'metric':34s}" + "".join(f"{name:>10s}" for name, _ in cols),
-        _row("held-out SFT loss", [c["heldout_loss"] for _, c in cols], ".3f"),
-        _row("answer accuracy (greedy)", [c["accuracy"] for _, c in cols], ".1%"),
+        f"  {'metric':30s}" + "".join(f"{name:>14s}" for name, _ in cols),
+        _row("held-out SFT loss", [f"{c['heldout_loss']:.3f}" for _, c in cols]),
+        _row(f"answer accuracy (greedy, n={n})", [_pct(c["accuracy"], n) for _, c in cols]),
     ]
     for d in digits:
-        lines.append(_row(f"  {d}-digit operands", [c["accuracy_by_digits"].get(d, nan) for _, c in cols], ".1%"))
+        lines.append(_row(f"  {d}-digit operands", [f"{c['accuracy_by_digits'].get(d, float('nan')):.1%}" for _, c in cols]))
     lines += [
-        _row("uses the answer format", [c["answer_format_rate"] for _, c in cols], ".1%"),
-        _row("mean reply tokens", [c["mean_reply_tokens"] for _, c in cols], ".1f"),
+        _row("uses the answer format", [_pct(c["answer_format_rate"], n) for _, c in cols]),
+        _row("mean reply tokens", [f"{c['mean_reply_tokens']:.1f}" for _, c in cols]),
+        "",
+        "  gains on the same held-out problems (± paired standard error; * = beyond 2 se):",
     ]
+    for name, g in gains.items():
+        lines.append(f"    {name:26s} accuracy {_gain(g['accuracy'])}   answer format {_gain(g['format'])}")
     if rl:
         lines += ["", f"  RLVR held-out validation reward (greedy, {rl['val_tasks']} tasks per domain), "
                       f"step 0 → {rl['steps']}:"]
         for dom, start in rl["val_start"].items():
-            lines.append(f"    {dom:14s} {start:6.3f} → {rl['val_end'].get(dom, nan):6.3f}")
+            lines.append(f"    {dom:14s} {start:6.3f} → {rl['val_end'].get(dom, float('nan')):6.3f}")
         lines.append(f"  RL curves: {rl['rewards_png']}")
     lines += [
         "",
-        f"  {before['n_eval']} held-out problems; total time {total_s / 60:.1f} min; details in {run_dir}/report.json",
+        f"  {n} held-out problems; total time {total_s / 60:.1f} min; report in {run_dir}/report.md",
     ]
     text = "\n".join(lines)
     (run_dir / "report.json").write_text(json.dumps({"before": before, "after": after, "sft": sft, "rl": rl,
-                                                     "after_rl": after_rl, "seconds": total_s}, indent=2))
+                                                     "after_rl": after_rl, "sft_arm": arm, "after_sft_arm": after_arm,
+                                                     "gains": gains, "seconds": total_s}, indent=2))
     _plot(run_dir, cols, digits, rl)
     return text
+
+
+def _gain(g: dict[str, Any]) -> str:
+    star = "*" if abs(g["gain"]) > 2 * g["se"] else " "
+    return f"{g['gain']:+6.1%} ± {g['se']:.1%}{star} (+{g['gained']}/-{g['lost']})"
+
+
+def stage_gains(before: dict[str, Any], after: dict[str, Any], after_rl: dict[str, Any] | None = None,
+                after_arm: dict[str, Any] | None = None) -> dict[str, dict[str, dict[str, Any]]]:
+    """Paired gains (eval/compare.py) on the per-problem results of two measurements: what SFT added
+    over the base, what RL added over SFT, and RL against the longer-SFT arm."""
+    pairs = [("SFT (after SFT − before)", before, after)]
+    if after_rl:
+        pairs.append(("RL (after RL − after SFT)", after, after_rl))
+    if after_arm:
+        pairs.append(("longer SFT − after SFT", after, after_arm))
+        if after_rl:
+            pairs.append(("RL − longer SFT", after_arm, after_rl))
+    out = {}
+    for name, a, b in pairs:
+        if "per_task" not in a or "per_task" not in b:  # a stage cached before per-problem results existed
+            continue
+        out[name] = {key: _paired(a, b, key) for key in ("correct", "format")}
+        out[name]["accuracy"] = out[name].pop("correct")
+    return out
+
+
+def _paired(a: dict[str, Any], b: dict[str, Any], key: str) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    from posttrain.eval.compare import paired_gain
+
+    return asdict(paired_gain({t["id"]: t[key] for t in a["per_task"]}, {t["id"]: t[key] for t in b["per_task"]}))
 
 
 def _plot(run_dir: Path, cols: list[tuple[str, dict[str, Any]]], digits: list[str], rl: dict[str, Any] | None) -> None:
@@ -263,7 +342,8 @@ def _plot(run_dir: Path, cols: list[tuple[str, dict[str, Any]]], digits: list[st
         ax2.plot(*zip(*va), "o-", label="held-out")
     ax2.set_xlabel("step")
     ax2.set_title("SFT loss")
-    ax2.legend()
+    if tr or va:  # a run whose SFT stage lives in another run directory has no curve here
+        ax2.legend()
     if rl:
         _bars(axes[2], {"step 0 (SFT)": rl["val_start"], f"step {rl['steps']}": rl["val_end"]},
               f"RLVR validation reward ({rl['val_tasks']} tasks/domain)")
@@ -287,11 +367,11 @@ def _bars(ax: Any, series: dict[str, dict[str, float]], title: str) -> None:
 
 def distill_report(run_dir: Path, runs: dict[str, dict[str, Any]], rl: dict[str, Any] | None) -> str:
     """Held-out validation reward per domain: the SFT checkpoint (the runs' step 0), each teacher, the
-    multi-environment RLVR run when there is one, and the MOPD student; ``distill.json``/``.png``."""
+    RLVR run when it validated the same domains, and the MOPD student; ``distill.json``/``.png``."""
     student = runs["student"]
     cols = {"base (SFT)": student["val_start"], "math_rl": runs["math"]["val_end"],
             "instruction_rl": runs["instruction"]["val_end"]}
-    if rl:
+    if rl and set(rl["val_end"]) & (set(student["val_start"]) - {"mean"}):  # an RLVR run on the same domains
         cols["RLVR mix"] = rl["val_end"]
     cols["MOPD student"] = student["val_end"]
     nan = float("nan")
@@ -327,10 +407,12 @@ def distill_report(run_dir: Path, runs: dict[str, dict[str, Any]], rl: dict[str,
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--quick", action="store_true", help="small sizes (see QUICK in posttrain/experiments/pipeline.py)")
+    p.add_argument("--quick", action="store_true", help="small sizes (see QUICK in posttrain/configs/pipeline.py)")
     p.add_argument("--config", "-c", help="YAML with PipelineConfig fields (see recipes/pipeline.yaml)")
     p.add_argument("--fresh", action="store_true", help="delete the run directory first instead of resuming")
     p.add_argument("--no-rlvr", action="store_true", help="skip the RLVR stage (and its after-RL measurement)")
+    p.add_argument("--sft-arm", action="store_true",
+                   help="also continue SFT for the RLVR stage's wall time and measure it on the same held-out set")
     p.add_argument("--distill", action="store_true",
                    help="also run the distill stage: two RLVR specialists, then MOPD of both into the SFT model "
                         "(about three RL runs more)")
@@ -341,12 +423,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs="*", metavar="key=value", help="e.g. sft_steps=30 n_eval=200 rl_steps=20")
 
 
+FLAGS = (("quick", "--quick"), ("no_rlvr", "--no-rlvr"), ("sft_arm", "--sft-arm"), ("distill", "--distill"),
+         ("rlhf", "--rlhf"), ("curation", "--curation"))
+
+
+def resume_command(args: argparse.Namespace) -> str:
+    """The command that resumes this run: the same one without ``--fresh``."""
+    import shlex
+
+    words = ["posttrain", "pipeline"] + [flag for attr, flag in FLAGS if getattr(args, attr, False)]
+    if args.config:
+        words += ["--config", args.config]
+    return " ".join(shlex.quote(w) for w in words + list(args.overrides))
+
+
 def run(args: argparse.Namespace) -> int:
+    import sys
+
     from posttrain.configs import load_config
+    from posttrain.experiments import stages
 
     overrides = ([f"{k}={v}" for k, v in QUICK.items()] if args.quick else []) + list(args.overrides)
     for flag, field in (("curation", "curation=true"), ("distill", "distill=true"), ("no_rlvr", "rlvr=false"),
-                        ("rlhf", "rlhf=true")):
+                        ("rlhf", "rlhf=true"), ("sft_arm", "sft_arm=true")):
         if getattr(args, flag, False):
             overrides.append(field)
     cfg = load_config(PipelineConfig, args.config, overrides)
@@ -354,37 +453,81 @@ def run(args: argparse.Namespace) -> int:
     if args.fresh and run_dir.exists():
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    t0 = time.time()
     print(f"[pipeline] run directory: {run_dir} (re-run the same command to resume)")
+    stages.RUNNING.clear()
+    try:
+        return _run(cfg, run_dir, resume_command(args))
+    except KeyboardInterrupt:
+        done = sorted(p.stem for p in (run_dir / "stages").glob("*.json"))
+        where = " > ".join(stages.RUNNING) or "between stages"
+        print(f"\n[pipeline] interrupted during stage {where}. Finished stages are kept in {run_dir}/stages "
+              f"({', '.join(done) or 'none yet'}); an SFT or RL run resumes from its last checkpoint.\n"
+              f"[pipeline] resume with: {resume_command(args)}", file=sys.stderr, flush=True)
+        raise
+
+
+def _run(cfg: PipelineConfig, run_dir: Path, command: str) -> int:
+    from posttrain.experiments import pipeline_report
+
+    t0 = time.time()
     data = cached_stage(run_dir, "data", lambda: make_data(cfg, run_dir))
     before = cached_stage(run_dir, "before", lambda: measure(cfg, cfg.model, data))
     print(f"[pipeline] before: accuracy {before['accuracy']:.1%}, held-out loss {before['heldout_loss']:.3f}")
     sft = cached_stage(run_dir, "sft", lambda: run_sft(cfg, run_dir, data))
     after = cached_stage(run_dir, "after", lambda: measure(cfg, sft["checkpoint"], data))
-    rl = after_rl = None
+    rl = after_rl = arm = after_arm = None
     if cfg.rlvr:
         rl = cached_stage(run_dir, "rlvr", lambda: run_rl(cfg, run_dir / "rl", sft["checkpoint"], cfg.rl_steps,
-                                                     {d: 1.0 for d in RL_DOMAINS}))
+                                                     arithmetic_envs(cfg), rlvr_stage=True))
         after_rl = cached_stage(run_dir, "after_rl", lambda: measure(cfg, rl["checkpoint"], data))
-    print(report(run_dir, before, after, sft, time.time() - t0, rl, after_rl))
+        if cfg.sft_arm:
+            arm = cached_stage(run_dir, "sft_arm", lambda: run_sft_arm(cfg, run_dir, data, sft, rl))
+            after_arm = cached_stage(run_dir, "after_sft_arm", lambda: measure(cfg, arm["checkpoint"], data))
+    print(report(run_dir, before, after, sft, time.time() - t0, rl, after_rl, arm, after_arm))
+    sections: dict[str, str] = {}
     if cfg.distill:
-        print(distill_report(run_dir, run_distill(cfg, run_dir, sft), rl))
+        runs = run_distill(cfg, run_dir, sft)
+        text = distill_report(run_dir, runs, rl)
+        print(text)
+        sections["distill"] = text
     if cfg.rlhf:
-        print(rlhf_report(run_dir, run_rlhf(cfg, run_dir, sft, rl["checkpoint"] if rl else sft["checkpoint"])))
+        text = rlhf_report(run_dir, run_rlhf(cfg, run_dir, sft, rl["checkpoint"] if rl else sft["checkpoint"]))
+        print(text)
+        sections["rlhf"] = text
     if cfg.curation:
-        from posttrain.experiments.curation import compare, curation_stage
-
-        cur_dir = run_dir / "curation"
-        cur = cached_stage(run_dir, "curation", lambda: curation_stage(
-            cfg.model, cur_dir, 160, 4, 2, 0.9, 64, cfg.seed, max_digits=cfg.max_digits))
-        if not cur["rows_curated"]:
-            print(f"\ncuration: none of {cur['candidates_logged']} candidates passed the verifier and filters; "
-                  f"nothing to fine-tune on (drop counts in {cur['paths']['summary']})")
-            return 0
-        cmp = compare(cfg.model, cur_dir, cur, 12, 8, 2e-4, cfg.n_eval, cfg.seed, max_digits=cfg.max_digits,
-                      max_new_tokens=cfg.max_new_tokens)  # caches its own stages under curation/stages
-        print(f"\ncuration: {cur['candidates_logged']} self-generated candidates → {cur['rows_curated']} curated rows; "
-              f"SFT on them vs on {cur['rows_unfiltered']} unfiltered samples (same steps):")
-        for name in ("base", "unfiltered", "curated"):
-            print(f"  {name:12s} held-out accuracy {cmp[name]['accuracy']:6.1%}")
+        text = curation_section(cfg, run_dir)
+        print(text)
+        sections["curation"] = text
+    md = pipeline_report.write(run_dir, cfg, command, sections)
+    print(f"\n[pipeline] report: {md}; TensorBoard: tensorboard --logdir {run_dir / 'tb'}")
     return 0
+
+
+def run_sft_arm(cfg: PipelineConfig, run_dir: Path, data: dict[str, Any], sft: dict[str, Any],
+                rl: dict[str, Any]) -> dict[str, Any]:
+    """Continue SFT from the SFT checkpoint for the RLVR stage's wall time: as many steps as fit at
+    the SFT stage's measured pace (seconds per step, model loading and held-out loss included, as
+    the RL stage's time includes its loading and validation). A new data order (seed + 1) and a new
+    warmup-stable-decay cycle at the SFT learning rate."""
+    pace = sft["seconds"] / sft["steps"]
+    steps = max(1, round(rl["seconds"] / pace))
+    out = run_sft(cfg, run_dir, data, model=sft["checkpoint"], steps=steps, name="sft_arm", seed=cfg.seed + 1)
+    return {**out, "target_seconds": rl["seconds"], "sft_seconds_per_step": round(pace, 2)}
+
+
+def curation_section(cfg: PipelineConfig, run_dir: Path) -> str:
+    from posttrain.experiments.curation import compare, curation_stage
+
+    cur_dir = run_dir / "curation"
+    cur = cached_stage(run_dir, "curation", lambda: curation_stage(
+        cfg.model, cur_dir, 160, 4, 2, 0.9, 64, cfg.seed, max_digits=cfg.max_digits))
+    if not cur["rows_curated"]:
+        return (f"\ncuration: none of {cur['candidates_logged']} candidates passed the verifier and filters; "
+                f"nothing to fine-tune on (drop counts in {cur['paths']['summary']})")
+    cmp = compare(cfg.model, cur_dir, cur, 12, 8, 2e-4, cfg.n_eval, cfg.seed, max_digits=cfg.max_digits,
+                  max_new_tokens=cfg.max_new_tokens)  # caches its own stages under curation/stages
+    lines = [f"\ncuration: {cur['candidates_logged']} self-generated candidates → {cur['rows_curated']} curated rows; "
+             f"SFT on them vs on {cur['rows_unfiltered']} unfiltered samples (same steps):"]
+    for name in ("base", "unfiltered", "curated"):
+        lines.append(f"  {name:12s} held-out accuracy {cmp[name]['accuracy']:6.1%}")
+    return "\n".join(lines)

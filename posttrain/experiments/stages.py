@@ -4,24 +4,42 @@ an SFT run with the pipeline's settings."""
 from __future__ import annotations
 
 import json
+import os
+import resource
 import time
 from pathlib import Path
 from typing import Any
 
 from posttrain.configs.pipeline import PipelineConfig
 
+RUNNING: list[str] = []
+"""Names of the stages running now, outermost first; a Ctrl-C leaves them here so the caller can
+say where it stopped."""
+
+
+def cpu_seconds() -> float:
+    """User + system CPU time of this process so far (all its threads)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
 
 def cached_stage(run_dir: Path, name: str, fn: Any) -> dict[str, Any]:
-    """Run ``fn`` once; its JSON result is cached so a re-run skips finished stages."""
+    """Run ``fn`` once; its JSON result is cached so a re-run skips finished stages. The result also
+    records the stage's wall ``seconds``, its ``cpu_seconds`` and the 1-minute load average at its
+    start and end (the CPU may be shared: wall time alone says little)."""
     path = run_dir / "stages" / f"{name}.json"
     if path.exists():
         print(f"[pipeline] {name}: done earlier, reusing {path}")
         return json.loads(path.read_text())
-    t = time.time()
+    RUNNING.append(name)
+    t, cpu, load = time.time(), cpu_seconds(), os.getloadavg()[0]
     out = fn()
     out["seconds"] = round(time.time() - t, 1)
+    out["cpu_seconds"] = round(cpu_seconds() - cpu, 1)
+    out["load_avg"] = [round(load, 2), round(os.getloadavg()[0], 2)]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=2))
+    RUNNING.pop()
     return out
 
 
@@ -58,11 +76,13 @@ def measure(cfg: PipelineConfig, model_spec: str, data: dict[str, Any]) -> dict[
     comps = gen.generate([t.messages for t in tasks], SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=0.0))
     env = make_env("math")
     by_digits: dict[int, list[float]] = {}
-    formatted, samples = 0, []
+    formatted, samples, per_task = 0, [], []
     for t, c in zip(tasks, comps):
         res = env.verify(t, [{"role": "assistant", "content": c[0].text}])
         by_digits.setdefault(t.metadata["digits"], []).append(res.reward)
-        formatted += int(res.components.get("format", 0) > 0)
+        fmt = int(res.components.get("format", 0) > 0)
+        formatted += fmt
+        per_task.append({"id": t.id, "correct": res.reward, "format": fmt})
         if len(samples) < 3:
             samples.append({"prompt": t.messages[-1]["content"], "reply": c[0].text, "reward": res.reward})
     rewards = [r for v in by_digits.values() for r in v]
@@ -75,21 +95,27 @@ def measure(cfg: PipelineConfig, model_spec: str, data: dict[str, Any]) -> dict[
         "mean_reply_tokens": sum(len(c[0].token_ids) for c in comps) / len(comps),
         "n_eval": len(tasks),
         "samples": samples,
+        "per_task": per_task,  # paired comparisons between models (same tasks, same order)
     }
 
 
-def run_sft(cfg: PipelineConfig, run_dir: Path, data: dict[str, Any]) -> dict[str, Any]:
+def run_sft(cfg: PipelineConfig, run_dir: Path, data: dict[str, Any], model: str | None = None,
+            steps: int | None = None, name: str = "sft", seed: int | None = None) -> dict[str, Any]:
+    """SFT on the generated set (WSD schedule: 10% warmup, 30% decay). ``model``/``steps``/``name``/
+    ``seed`` default to the pipeline's SFT stage; the longer-SFT arm continues from its checkpoint."""
     from posttrain.configs import load_config
     from posttrain.configs.sft import SFTConfig
     from posttrain.train.sft import train_sft
 
+    steps = steps or cfg.sft_steps
     sft_cfg = load_config(SFTConfig, None, [
-        f"model={cfg.model}", f"run_dir={run_dir / 'sft'}", f"train.steps={cfg.sft_steps}",
-        f"train.batch_size={cfg.sft_batch_size}", f"optim.lr={cfg.sft_lr}", f"train.seed={cfg.seed}",
-        f"optim.warmup_steps={max(1, cfg.sft_steps // 10)}", "optim.decay_frac=0.3",
-        f"train.save_every={max(5, cfg.sft_steps // 4)}", "data.max_seq_len=512",
+        f"model={model or cfg.model}", f"run_dir={run_dir / name}", f"train.steps={steps}",
+        f"train.batch_size={cfg.sft_batch_size}", f"optim.lr={cfg.sft_lr}",
+        f"train.seed={cfg.seed if seed is None else seed}",
+        f"optim.warmup_steps={max(1, steps // 10)}", "optim.decay_frac=0.3",
+        f"train.save_every={max(5, steps // 4)}", "data.max_seq_len=512",
         f"data.train=[{{path: {data['train']}}}]", f"data.validation=[{data['validation']}]",
     ])
     res = train_sft(sft_cfg)
-    return {"checkpoint": str(res.checkpoint), "steps": res.steps, "tokens_trained": res.tokens_trained,
-            "val_loss_before": res.val_loss_before, "val_loss_after": res.val_loss_after}
+    return {"checkpoint": str(res.checkpoint), "run_dir": str(run_dir / name), "model": model or cfg.model,
+            "steps": res.steps, "tokens_trained": res.tokens_trained, "val_loss_before": res.val_loss_before, "val_loss_after": res.val_loss_after}

@@ -1,6 +1,8 @@
-"""``posttrain pipeline`` end to end on tiny-llama with tiny sizes, ``--distill`` included: every
-stage writes its JSON, the report has the after-RL column and the RL run's per-domain validation,
-the distill table and plot appear, a re-run reuses every stage, the checkpoints load.
+"""``posttrain pipeline`` end to end on tiny-llama with tiny sizes, ``--distill`` and ``--sft-arm``
+included: every stage writes its JSON, the report has the after-RL and longer-SFT columns, the paired
+gains and the RL run's validation, ``report.md`` and the TensorBoard events appear, the distill
+table and plot appear, a re-run reuses every stage, the checkpoints load; a Ctrl-C says where it
+stopped and how to resume, and the resumed run finishes.
 
 Like tests/integration/test_rl.py, the tiny random model almost never writes ``<|im_end|>``, so
 every rollout hits the length limit: ``rl_overrides`` switches the overlong filter off and keeps
@@ -30,46 +32,77 @@ TINY = {
     "rl_overrides": "[rollout.prompts_per_step=3, rollout.group_size=2, rollout.max_new_tokens=6, "
                     "algo.overlong_filter=false, optim.lr=1e-3]",
 }
-STAGES = ["data", "before", "sft", "after", "rlvr", "after_rl", "specialist_math", "specialist_instruction", "mopd"]
+STAGES = ["data", "before", "sft", "after", "rlvr", "after_rl", "sft_arm", "after_sft_arm", "specialist_math",
+          "specialist_instruction", "mopd"]
 
 
 def _args(run_dir, **flags) -> argparse.Namespace:
     over = [f"{k}={v}" for k, v in {**TINY, "run_dir": run_dir}.items()]
     defaults = {"quick": False, "config": None, "fresh": False, "curation": False, "distill": False, "no_rlvr": False,
-                "rlhf": False}
+                "rlhf": False, "sft_arm": False}
     return argparse.Namespace(overrides=over, **{**defaults, **flags})
 
 
 def test_pipeline_with_rlvr_and_distill_reports_resumes_and_writes_loadable_checkpoints(tmp_path, capsys):
     run_dir = tmp_path / "pipe"
-    assert pipeline.run(_args(run_dir, distill=True)) == 0
+    assert pipeline.run(_args(run_dir, distill=True, sft_arm=True)) == 0
     out = capsys.readouterr().out
     assert sorted(p.stem for p in (run_dir / "stages").glob("*.json")) == sorted(STAGES)
-    assert "after SFT  after RL" in out and "RLVR held-out validation reward" in out
-    for dom in ("math", "mcq", "instruction", "mean"):
+    assert "after SFT      after RL    longer SFT" in out and "RLVR held-out validation reward" in out
+    for dom in ("arithmetic", "mean"):
         assert f"    {dom}" in out
-    assert "base (SFT)" in out and "MOPD student" in out and "RLVR mix" in out
-    for name in ("report.png", "distill.png", "rl/rewards.png", "mopd/rewards.png"):
+    assert "RL (after RL − after SFT)" in out and "RL − longer SFT" in out and "± " in out
+    assert "base (SFT)" in out and "MOPD student" in out
+    for name in ("report.png", "distill.png", "rl/rewards.png", "mopd/rewards.png", "report.md", "pipeline.yaml"):
         assert (run_dir / name).exists(), name
 
     rep = json.loads((run_dir / "report.json").read_text())
     rl = rep["rl"]
     assert rep["after_rl"]["model"] == rl["checkpoint"] == str(run_dir / "rl" / "checkpoints" / "step_000002")
-    assert set(rl["val_start"]) == set(rl["val_end"]) == {"math", "mcq", "instruction", "mean"}
-    assert rl["trained_domains"] == ["instruction", "math", "mcq"]
+    assert set(rl["val_start"]) == set(rl["val_end"]) == {"arithmetic", "mean"}
+    assert rl["trained_domains"] == ["arithmetic"]
+    assert len(rep["after"]["per_task"]) == TINY["n_eval"]
+    assert set(rep["gains"]) == {"SFT (after SFT − before)", "RL (after RL − after SFT)", "longer SFT − after SFT",
+                                 "RL − longer SFT"}
+    assert rep["gains"]["SFT (after SFT − before)"]["accuracy"]["n"] == TINY["n_eval"]
+    arm = rep["sft_arm"]  # continued from the SFT checkpoint for about the RL stage's wall time
+    sft_stage = json.loads((run_dir / "stages" / "sft.json").read_text())
+    assert arm["model"] == sft_stage["checkpoint"] and arm["target_seconds"] == rl["seconds"]
+    assert arm["steps"] == max(1, round(rl["seconds"] / (sft_stage["seconds"] / sft_stage["steps"])))
+    assert rep["after_sft_arm"]["model"] == arm["checkpoint"]
     dist = json.loads((run_dir / "distill.json").read_text())
-    assert list(dist["validation"]) == ["base (SFT)", "math_rl", "instruction_rl", "RLVR mix", "MOPD student"]
+    assert list(dist["validation"]) == ["base (SFT)", "math_rl", "instruction_rl", "MOPD student"]
+
+    md = (run_dir / "report.md").read_text()
+    for text in ("| answer accuracy |", "paired", "## RLVR", "## Longer SFT instead of RL", "## distill",
+                 "![report](report.png)", "posttrain rl --config", "posttrain sft --config", "[rl/](rl/)",
+                 "tensorboard --logdir", "load avg"):
+        assert text in md, text
+    for sub in ("sft", "rlvr", "sft_arm", "mopd", "pipeline"):
+        assert list((run_dir / "tb" / sub).glob("events.out.tfevents.*")), sub
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir / "tb" / "pipeline"))
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("heldout/accuracy")] == [0, 1, 2, 3]
+    sft_tb = EventAccumulator(str(run_dir / "tb" / "sft"))
+    sft_tb.Reload()
+    assert "loss" in sft_tb.Tags()["scalars"]
 
     # each RL run got the pipeline's settings: ratios, the SFT checkpoint as start, the overrides
     sft_ckpt = json.loads((run_dir / "stages" / "sft.json").read_text())["checkpoint"]
     saved = {name: yaml.safe_load((run_dir / name / "config.yaml").read_text())
              for name in ("rl", "specialist_math", "specialist_instruction", "mopd")}
     ratios = {name: {e["name"]: e["ratio"] for e in c["envs"]} for name, c in saved.items()}
+    assert ratios["rl"] == {"arithmetic": 1.0}
+    assert saved["rl"]["rollout"]["reasoning"] and saved["rl"]["optim"]["lr"] == 1e-3  # rl_overrides win
     assert ratios["specialist_math"] == {"math": 1.0, "mcq": 0.0, "instruction": 0.0}
     assert ratios["specialist_instruction"] == {"math": 0.0, "mcq": 0.0, "instruction": 1.0}
     assert ratios["mopd"] == {"math": 1.0, "mcq": 0.0, "instruction": 1.0}
-    for c in saved.values():
-        assert c["model"] == sft_ckpt and c["rollout"]["temperature"] == 0.7 and not c["rollout"]["reasoning"]
+    for name, c in saved.items():
+        assert c["model"] == sft_ckpt
+        if name != "rl":  # the three-domain runs keep recipes/rlvr_cpu.yaml's sampling
+            assert c["rollout"]["temperature"] == 0.7 and not c["rollout"]["reasoning"]
         assert c["rollout"]["group_size"] == 2 and c["algo"]["overlong_filter"] is False  # rl_overrides win
     teachers = {t["name"]: t for t in saved["mopd"]["teachers"]["models"]}
     assert teachers["math_rl"]["model"] == str(run_dir / "specialist_math" / "checkpoints" / "step_000001")
@@ -77,7 +110,7 @@ def test_pipeline_with_rlvr_and_distill_reports_resumes_and_writes_loadable_chec
 
     # a re-run reuses every stage and prints the same report
     stamps = {p.name: p.stat().st_mtime_ns for p in (run_dir / "stages").glob("*.json")}
-    assert pipeline.run(_args(run_dir, distill=True)) == 0
+    assert pipeline.run(_args(run_dir, distill=True, sft_arm=True)) == 0
     again = capsys.readouterr().out
     assert all(f"{s}: done earlier" in again for s in STAGES)
     assert "after RL" in again and "MOPD student" in again
@@ -90,6 +123,31 @@ def test_pipeline_with_rlvr_and_distill_reports_resumes_and_writes_loadable_chec
     student = AutoModelForCausalLM.from_pretrained(json.loads((run_dir / "stages" / "mopd.json").read_text())
                                                    ["checkpoint"]).state_dict()
     assert any(not torch.equal(sft[k], student[k]) for k in student)  # MOPD moved the SFT model
+
+
+def test_ctrl_c_says_where_it_stopped_and_the_next_run_resumes(tmp_path, capsys, monkeypatch):
+    run_dir = tmp_path / "pipe"
+    real = pipeline.measure
+    rl_ckpt = str(run_dir / "rl" / "checkpoints" / "step_000002")
+
+    def interrupted(cfg, model, data):
+        if model == rl_ckpt:
+            raise KeyboardInterrupt
+        return real(cfg, model, data)
+
+    monkeypatch.setattr(pipeline, "measure", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.run(_args(run_dir, fresh=True))
+    err = capsys.readouterr().err
+    assert "interrupted during stage after_rl" in err and "data, " in err and "rlvr" in err
+    resume = err.split("resume with: ", 1)[1].strip()
+    assert resume.startswith("posttrain pipeline ") and "--fresh" not in resume and "sft_steps=2" in resume
+
+    monkeypatch.setattr(pipeline, "measure", real)
+    assert pipeline.run(_args(run_dir)) == 0  # what the printed command runs
+    out = capsys.readouterr().out
+    assert all(f"{s}: done earlier" in out for s in ("data", "before", "sft", "after", "rlvr"))
+    assert (run_dir / "stages" / "after_rl.json").exists() and "after RL" in out
 
 
 def test_pipeline_without_rlvr_keeps_the_two_column_report(tmp_path, capsys):

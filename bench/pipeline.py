@@ -1,0 +1,129 @@
+"""The main job's figures: ``posttrain pipeline`` runs, their wall/CPU time and their gains with noise.
+
+    python bench/pipeline.py --quick --seeds 0 1 2        # three fresh --quick runs, one after another
+    python bench/pipeline.py --run-dir runs/pipeline      # record a finished run (e.g. the default one)
+
+Each run's row has, per measured model (before / after SFT / after RL / longer SFT), the greedy
+answer accuracy and answer-format rate on the held-out problems with their binomial standard
+errors, each stage's paired gain ± paired standard error (eval/compare.py), the summed stage wall
+time, the CPU time of the run's process and the load average at each stage's start and end (the CPU
+may be shared: wall time alone says little). Appends one JSON line per run to
+bench/results/pipeline.jsonl and ends with one line ``RESULT pipeline...: ...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from results_row import append_row  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results" / "pipeline.jsonl"
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=ROOT).stdout.strip()
+    except OSError:
+        return "unknown"
+
+
+def summarize(run_dir: Path) -> dict:
+    """The row of one finished run, from its report.json and stage results."""
+    from posttrain.experiments.pipeline_report import binomial_se
+
+    rep = json.loads((run_dir / "report.json").read_text())
+    stages = {p.stem: json.loads(p.read_text()) for p in (run_dir / "stages").glob("*.json")}
+    n = rep["before"]["n_eval"]
+    models = {}
+    for key in ("before", "after", "after_rl", "after_sft_arm"):
+        m = rep.get(key)
+        if m:
+            models[key] = {"accuracy": m["accuracy"], "accuracy_se": round(binomial_se(m["accuracy"], n), 4),
+                           "answer_format_rate": m["answer_format_rate"],
+                           "answer_format_se": round(binomial_se(m["answer_format_rate"], n), 4),
+                           "heldout_loss": round(m["heldout_loss"], 4), "accuracy_by_digits": m["accuracy_by_digits"]}
+    gains = {name: {k: {f: g[k][f] for f in ("gain", "se", "gained", "lost", "n")} for k in ("accuracy", "format")}
+             for name, g in rep.get("gains", {}).items()}
+    cfg = {}
+    if (run_dir / "pipeline.yaml").exists():
+        import yaml
+
+        cfg = yaml.safe_load((run_dir / "pipeline.yaml").read_text())
+    return {
+        "run_dir": str(run_dir), "seed": cfg.get("seed"), "n_eval": n, "models": models, "gains": gains,
+        "wall_s": round(sum(s.get("seconds", 0.0) for s in stages.values()), 1),
+        "cpu_s": round(sum(s.get("cpu_seconds", 0.0) for s in stages.values()), 1),
+        "stages": {k: {f: s.get(f) for f in ("seconds", "cpu_seconds", "load_avg")} for k, s in stages.items()},
+        "config": cfg,
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="run fresh `posttrain pipeline --quick` runs")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--run-dir", action="append", default=[], help="record a finished run (repeatable)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads of the runs (the CPU is shared)")
+    p.add_argument("--no-save", action="store_true", help="print only, append no row")
+    p.add_argument("overrides", nargs="*", help="extra PipelineConfig overrides for the --quick runs")
+    args = p.parse_args()
+    if not args.quick and not args.run_dir:
+        p.error("give --quick (run) or --run-dir (record)")
+
+    runs: list[Path] = [Path(d) for d in args.run_dir]
+    if args.quick:
+        for seed in args.seeds:
+            d = ROOT / "runs" / f"pipeline-quick-s{seed}"
+            cmd = [sys.executable, "-m", "posttrain.cli", "pipeline", "--quick", "--fresh", f"seed={seed}",
+                   f"run_dir={d}", *args.overrides]
+            env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(args.threads)}
+            t = time.time()
+            print("$ " + " ".join(cmd[1:]), flush=True)
+            subprocess.run(cmd, check=True, env=env, cwd=ROOT)
+            print(f"[bench] seed {seed}: {time.time() - t:.0f} s wall including process start", flush=True)
+            runs.append(d)
+
+    rows = []
+    for d in runs:
+        row = {"bench": "pipeline", "kind": "quick" if "quick" in d.name else "default",
+               "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "commit": _commit(), "cpus": os.cpu_count(),
+               "threads": args.threads, "loadavg_end": [round(x, 2) for x in os.getloadavg()],
+               "python": platform.python_version(), **summarize(d)}
+        if not args.no_save:
+            append_row(RESULTS, row)
+        rows.append(row)
+        print(f"{d}: wall {row['wall_s'] / 60:.1f} min, CPU {row['cpu_s'] / 60:.1f} min")
+        for name, g in row["gains"].items():
+            a, f = g["accuracy"], g["format"]
+            print(f"  {name:28s} accuracy {a['gain']:+.1%} ± {a['se']:.1%}   format {f['gain']:+.1%} ± {f['se']:.1%}")
+    if not args.no_save:
+        print(f"appended {len(rows)} rows to {RESULTS}")
+
+    key = "SFT (after SFT − before)"
+    sft = [r["gains"][key]["accuracy"] for r in rows if key in r["gains"]]
+    rl = [r["gains"]["RL (after RL − after SFT)"]["accuracy"] for r in rows if "RL (after RL − after SFT)" in r["gains"]]
+    name = "pipeline_quick" if all(r["kind"] == "quick" for r in rows) else "pipeline"
+    if sft:
+        z = min(g["gain"] / g["se"] if g["se"] else float("inf") for g in sft)
+        mean = sum(g["gain"] for g in sft) / len(sft)
+        extra = ""
+        if rl and name == "pipeline":
+            extra = f"; RL {rl[0]['gain'] * 100:+.1f} ± {rl[0]['se'] * 100:.1f} points"
+        print(f"RESULT {name}: {mean * 100:+.1f} points (held-out answer accuracy gain of SFT, mean of {len(sft)} "
+              f"run(s), smallest gain/paired-se {z:.1f}{extra})")
+
+
+if __name__ == "__main__":
+    main()

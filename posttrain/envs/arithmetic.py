@@ -1,0 +1,100 @@
+"""``arithmetic``: the pipeline's own problems (+, −, × of 1–3 digit numbers) as an RL environment.
+
+The problems, their wording and the train/validation split are the ones ``posttrain make-data
+arithmetic`` writes SFT rows for (data/synthetic.py builds its rows and traces on this module), so an
+RL stage can train on exactly the distribution the pipeline's held-out accuracy measures. A problem
+belongs to the validation split iff a hash of its text falls in the validation bucket, so no seed
+or size can leak a held-out problem into training. Grading is the math environment's verifier
+(``Answer: N`` extraction, exact integer match).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass
+from typing import Literal
+
+from posttrain.envs.base import ENVIRONMENTS, Environment, Message, Split, Task, VerifyResult
+from posttrain.envs.math_env import MathEnv
+
+Op = Literal["+", "-", "*"]
+PROMPT = "What is {a} {op} {b}? Think step by step, then give the result as 'Answer: <number>'."
+
+
+@dataclass(frozen=True)
+class Problem:
+    a: int
+    b: int
+    op: Op
+
+    @property
+    def text(self) -> str:
+        return PROMPT.format(a=self.a, op=self.op, b=self.b)
+
+    @property
+    def answer(self) -> int:
+        return {"+": self.a + self.b, "-": self.a - self.b, "*": self.a * self.b}[self.op]
+
+    @property
+    def digits(self) -> int:
+        return max(len(str(self.a)), len(str(self.b)))
+
+
+def is_validation(p: Problem, val_buckets: int = 10) -> bool:
+    h = int(hashlib.sha1(f"{p.a}{p.op}{p.b}".encode()).hexdigest()[:8], 16)
+    return h % val_buckets == 0
+
+
+def sample_problems(n: int, seed: int, split: Literal["train", "validation"], ops: tuple[Op, ...] = ("+", "-", "*"),
+                    max_digits: int = 2) -> list[Problem]:
+    """``n`` distinct problems of the split. Digits are drawn uniformly in 1..max_digits."""
+    rng = random.Random(seed)
+    out: list[Problem] = []
+    seen: set[Problem] = set()
+    tries = 0
+    while len(out) < n and tries < 200 * n:
+        tries += 1
+        op = rng.choice(ops)
+        d = rng.randint(1, max_digits)
+        hi = 10**d - 1
+        a, b = rng.randint(0, hi), rng.randint(0, hi if op != "*" else min(hi, 99))
+        p = Problem(a, b, op)
+        if p in seen or is_validation(p) != (split == "validation"):
+            continue
+        seen.add(p)
+        out.append(p)
+    return out
+
+
+DEFAULT_N = {"train": 2000, "validation": 200}
+
+
+def problem_task(p: Problem) -> Task:
+    return Task(id=f"arith-{p.a}{p.op}{p.b}", domain="math", messages=[{"role": "user", "content": p.text}],
+                ground_truth=str(p.answer), metadata={"digits": p.digits, "op": p.op, "answer_form": "number"})
+
+
+@ENVIRONMENTS.register("arithmetic")
+class ArithmeticEnv(Environment):
+    name = "arithmetic"
+    domain = "math"
+
+    def __init__(self, max_digits: int = 2, ops: list[str] | None = None) -> None:
+        if not 1 <= max_digits <= 3:
+            raise ValueError(f"max_digits must be 1, 2 or 3, got {max_digits}")
+        unknown = [o for o in ops or [] if o not in ("+", "-", "*")]
+        if unknown or ops == []:
+            raise ValueError(f"ops must be a non-empty subset of ['+', '-', '*'], got {ops}")
+        self.max_digits = max_digits
+        self.ops: tuple[Op, ...] = tuple(ops or ("+", "-", "*"))  # type: ignore[arg-type]
+
+    def tasks(self, split: Split = "train", n: int | None = None, seed: int = 0) -> list[Task]:
+        probs = sample_problems(n or DEFAULT_N[split], seed, split, self.ops, self.max_digits)
+        return [problem_task(p) for p in probs]
+
+    def verify(self, task: Task, messages: list[Message]) -> VerifyResult:
+        return _MATH.verify(task, messages)
+
+
+_MATH = MathEnv(["addition"])  # its verify reads only the task and the reply

@@ -1,0 +1,208 @@
+"""``runs/<name>/report.md`` and ``runs/<name>/tb/``: the pipeline's results for a person to read.
+
+The report is rebuilt from the cached stage results (``stages/*.json``, ``report.json``) on every
+run, so a resumed or re-run pipeline always shows all of its stages. It gives the table with the
+noise of each figure (binomial standard error of each accuracy over the held-out problems, paired
+standard errors of each stage's gain), the plots, each stage's wall time, CPU time and load
+average, its run directory and the command that reproduces it alone.
+
+TensorBoard: every stage that trained (SFT, RL, the longer-SFT arm, distill/RLHF runs) has its
+``metrics.jsonl`` replayed into ``tb/<stage>/``, and the headline figures go to ``tb/pipeline/``
+with the measured models in order as the step (0 base, 1 after SFT, 2 after RL, 3 longer SFT).
+Replaying, rather than logging live, keeps the events whole when a run was interrupted and resumed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from posttrain.configs.pipeline import PipelineConfig
+
+# stage name → (run directory under the pipeline's, command that runs it alone from its saved config)
+TRAINING_STAGES = {
+    "sft": ("sft", "posttrain sft --config {d}/config.yaml"),
+    "rlvr": ("rl", "posttrain rl --config {d}/config.yaml"),
+    "sft_arm": ("sft_arm", "posttrain sft --config {d}/config.yaml"),
+    "specialist_math": ("specialist_math", "posttrain rl --config {d}/config.yaml"),
+    "specialist_instruction": ("specialist_instruction", "posttrain rl --config {d}/config.yaml"),
+    "mopd": ("mopd", "posttrain distill --config {d}/config.yaml"),
+    "genrm": ("genrm", "posttrain genrm --config {d}/config.yaml"),
+    "rlhf": ("rlhf", "posttrain rlhf --config {d}/config.yaml"),
+}
+MEASURES = {"before": "the base model", "after": "the SFT checkpoint", "after_rl": "the RL checkpoint",
+            "after_sft_arm": "the longer-SFT checkpoint"}
+
+
+def columns(before: dict[str, Any], after: dict[str, Any], after_rl: dict[str, Any] | None = None,
+            after_arm: dict[str, Any] | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """The measured models in report order: base, SFT, RL, the longer-SFT arm."""
+    return ([("before", before), ("after SFT", after)] + ([("after RL", after_rl)] if after_rl else [])
+            + ([("longer SFT", after_arm)] if after_arm else []))
+
+
+def binomial_se(p: float, n: int) -> float:
+    return math.sqrt(p * (1 - p) / n) if n > 1 else 0.0
+
+
+def _stages(run_dir: Path) -> dict[str, dict[str, Any]]:
+    return {p.stem: json.loads(p.read_text()) for p in sorted((run_dir / "stages").glob("*.json"),
+                                                               key=lambda p: p.stat().st_mtime)}
+
+
+def _pm(p: float, n: int) -> str:
+    return f"{p:.1%} ± {binomial_se(p, n):.1%}"
+
+
+def write(run_dir: Path, cfg: PipelineConfig, command: str, sections: dict[str, str]) -> Path:
+    """Write ``report.md`` (and the TensorBoard events, the resolved config); returns its path."""
+    import yaml
+
+    (run_dir / "pipeline.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    rep = json.loads((run_dir / "report.json").read_text())
+    st = _stages(run_dir)
+    cols = columns(rep["before"], rep["after"], rep.get("after_rl"), rep.get("after_sft_arm"))
+    n = rep["before"]["n_eval"]
+    digits = sorted(set().union(*(c["accuracy_by_digits"] for _, c in cols)), key=int)
+    wall = sum(s.get("seconds", 0.0) for s in st.values())
+    cpu = sum(s.get("cpu_seconds", 0.0) for s in st.values())
+    L = [
+        f"# posttrain pipeline: {run_dir.name}",
+        "",
+        f"```bash\n{command}   # resumes; add --fresh to start over\n```",
+        "",
+        f"Model `{cfg.model}`; resolved config: [pipeline.yaml](pipeline.yaml). Stage time summed over the "
+        f"stages: **{wall / 60:.1f} min** wall, {cpu / 60:.1f} min CPU (this process, all threads) on "
+        f"{os.cpu_count()} cores; 1-minute load average at each stage's start and end below (a load "
+        "above the threads this run uses means the cores were shared and the wall time is inflated).",
+        "",
+        f"## Held-out arithmetic ({n} problems, greedy, graded by the math verifier)",
+        "",
+        "| metric | " + " | ".join(name for name, _ in cols) + " |",
+        "|---|" + "---|" * len(cols),
+        "| answer accuracy | " + " | ".join(_pm(c["accuracy"], n) for _, c in cols) + " |",
+        "| uses the answer format | " + " | ".join(_pm(c["answer_format_rate"], n) for _, c in cols) + " |",
+    ]
+    for d in digits:
+        L.append(f"| {d}-digit operands | " + " | ".join(
+            f"{c['accuracy_by_digits'].get(d, float('nan')):.1%}" for _, c in cols) + " |")
+    L += [
+        "| held-out SFT loss | " + " | ".join(f"{c['heldout_loss']:.3f}" for _, c in cols) + " |",
+        "| mean reply tokens | " + " | ".join(f"{c['mean_reply_tokens']:.1f}" for _, c in cols) + " |",
+        "",
+        "± is the binomial standard error over the problems. The gains below are paired: the same "
+        "problems before and after, standard error of the per-problem differences "
+        "(`posttrain validate --against` uses the same rule, eval/compare.py).",
+        "",
+        "| comparison | accuracy gain ± paired se | problems gained / lost | format gain ± paired se | beyond 2 se |",
+        "|---|---|---|---|---|",
+    ]
+    for name, g in rep.get("gains", {}).items():
+        a, f = g["accuracy"], g["format"]
+        beyond = "yes" if abs(a["gain"]) > 2 * a["se"] else "no"
+        L.append(f"| {name} | {a['gain']:+.1%} ± {a['se']:.1%} | {a['gained']} / {a['lost']} | "
+                 f"{f['gain']:+.1%} ± {f['se']:.1%} | {beyond} |")
+    rl = rep.get("rl")
+    if rl:
+        L += ["", f"## RLVR ({rl['steps']} GRPO steps on {', '.join(rl['trained_domains'])})", "",
+              f"Its own held-out validation (greedy, {rl['val_tasks']} tasks per environment), step 0 → "
+              f"{rl['steps']}:", "", "| environment | step 0 | last step | gain ± paired se |", "|---|---|---|---|"]
+        paired = _rl_paired(Path(rl["run_dir"]), rl["steps"])
+        for dom, start in rl["val_start"].items():
+            g = paired.get(dom)
+            L.append(f"| {dom} | {start:.3f} | {rl['val_end'].get(dom, float('nan')):.3f} | "
+                     + (f"{g.gain:+.3f} ± {g.se:.3f} |" if g else "|"))
+        L += ["", f"![RL curves]({_rel(run_dir, rl['rewards_png'])})"]
+    arm = rep.get("sft_arm")
+    if arm and rl:
+        L += ["", "## Longer SFT instead of RL", "",
+              f"The arm continues SFT from the SFT checkpoint for {arm['steps']} steps: as many as fit in the "
+              f"RLVR stage's {arm['target_seconds']:.0f} s at the SFT stage's pace of {arm['sft_seconds_per_step']} s "
+              f"a step; it took {st.get('sft_arm', {}).get('seconds', float('nan')):.0f} s. Same held-out problems "
+              "(the table above, column *longer SFT*; gains *longer SFT − after SFT* and *RL − longer SFT*)."]
+    L += ["", "![report](report.png)", ""]
+    for name, text in sections.items():
+        L += [f"## {name}", "", "```", text.strip("\n"), "```", ""]
+        png = run_dir / f"{name}.png"
+        if png.exists():
+            L += [f"![{name}]({png.name})", ""]
+    L += ["## Stages", "", "| stage | wall s | CPU s | load avg start → end | run directory | reproduce alone |",
+          "|---|---|---|---|---|---|"]
+    for name, s in st.items():
+        load = s.get("load_avg")
+        load_txt = f"{load[0]:.2f} → {load[1]:.2f}" if load else ""
+        d, cmd = _where(run_dir, name, s)
+        L.append(f"| {name} | {s.get('seconds', '')} | {s.get('cpu_seconds', '')} | {load_txt} | {d} | {cmd} |")
+    L += ["", "Every stage's result is `stages/<stage>.json`; deleting one (and the stages after it) and "
+              "re-running the command above redoes just those.", "",
+          f"TensorBoard: `tensorboard --logdir {run_dir / 'tb'}` (training curves of every stage that trained, "
+          "and the headline figures under `pipeline/`)."]
+    export_tensorboard(run_dir, st, cols)
+    out = run_dir / "report.md"
+    out.write_text("\n".join(L) + "\n")
+    return out
+
+
+def _rel(run_dir: Path, path: str) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(run_dir.resolve()))
+    except ValueError:
+        return path
+
+
+def _where(run_dir: Path, name: str, s: dict[str, Any]) -> tuple[str, str]:
+    if name in TRAINING_STAGES:
+        sub, cmd = TRAINING_STAGES[name]
+        d = run_dir / sub
+        return f"[{sub}/]({sub}/)", f"`{cmd.format(d=d)}`"
+    if name in MEASURES:
+        return "", f"measures {MEASURES[name]} (`stages/{name}.json`; the pipeline re-runs it)"
+    if name == "data":
+        return "[data/](data/)", f"`posttrain make-data arithmetic --n {s.get('n_train')} ...` (the pipeline's seed)"
+    return "", "the pipeline re-runs it"
+
+
+def _rl_paired(out_dir: Path, steps: int) -> dict[str, Any]:
+    """Paired gain per environment between the RL run's first and last validation records."""
+    from posttrain.eval.compare import paired_gain, read_task_rewards
+
+    first, last = out_dir / "validation" / "step_000000.jsonl", out_dir / "validation" / f"step_{steps:06d}.jsonl"
+    if not (first.exists() and last.exists()):
+        return {}
+    a, b = read_task_rewards(first), read_task_rewards(last)
+    return {env: paired_gain(a[env], b[env]) for env in a if env in b}
+
+
+def export_tensorboard(run_dir: Path, st: dict[str, dict[str, Any]], cols: list[tuple[str, dict[str, Any]]]) -> None:
+    """Replay every trained stage's metrics into ``tb/<stage>/`` and the headline figures into
+    ``tb/pipeline/`` (rebuilt from scratch each time)."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:  # tensorboard is a dependency; an environment without it still gets report.md
+        print("[pipeline] note: tensorboard is not installed (pip install tensorboard); no tb/ events written")
+        return
+    from posttrain.train.metrics import read_metrics
+
+    tb = run_dir / "tb"
+    shutil.rmtree(tb, ignore_errors=True)
+    for name in st:
+        if name not in TRAINING_STAGES or not (run_dir / TRAINING_STAGES[name][0] / "metrics.jsonl").exists():
+            continue
+        w = SummaryWriter(str(tb / name))
+        for row in read_metrics(run_dir / TRAINING_STAGES[name][0]):
+            for k, v in row.items():
+                if k not in ("step", "time") and isinstance(v, (int, float)) and not isinstance(v, bool):
+                    w.add_scalar(k, v, row["step"])
+        w.close()
+    w = SummaryWriter(str(tb / "pipeline"))
+    for i, (_, c) in enumerate(cols):
+        w.add_scalar("heldout/accuracy", c["accuracy"], i)
+        w.add_scalar("heldout/answer_format_rate", c["answer_format_rate"], i)
+        w.add_scalar("heldout/sft_loss", c["heldout_loss"], i)
+        w.add_scalar("heldout/mean_reply_tokens", c["mean_reply_tokens"], i)
+    w.add_text("models", " → ".join(f"{i}: {name}" for i, (name, _) in enumerate(cols)))
+    w.close()
