@@ -105,6 +105,9 @@ def main() -> None:
           f"{load_before:.1f} -> {record['load_avg_after']:.1f}, {record['threads']} threads")
     if not args.no_save:
         append_row(RESULTS, record)
+    b = modes["batched"]
+    print(f"RESULT rlhf_step: {record['batched_speedup_judge']} x (judge seconds a step, one call per comparison / "
+          f"batched; batched judge {b['judge_tokens_per_s']:.1f} tok/s, {100 * b['judge_share_of_step']:.0f}% of the step)")
 
 
 if __name__ == "__main__":
