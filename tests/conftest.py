@@ -72,10 +72,9 @@ def ray_session():
     import os
     from pathlib import Path
 
-    try:
-        import ray
-    except ImportError:
-        pytest.skip("ray is not installed: pip install -e '.[ray]' (make setup installs it)")
+    from tests.require import require
+
+    ray = require("ray", "ray")  # a skip outside CI only: make setup installs the extra
     root = str(Path(__file__).resolve().parent.parent)
     os.environ["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [os.environ.get("PYTHONPATH")] if p])
     ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING", log_to_driver=False)

@@ -165,9 +165,7 @@ EXPERT_KEY = re.compile(r"^(?P<mod>.*\.experts)\.(?P<e>\d+)\.(?P<proj>up_proj|do
 def _read_experts(tensors: dict[str, torch.Tensor], path: Path) -> dict[str, dict[str, dict[int, dict[str, torch.Tensor]]]]:
     """Pop the per-expert tensors out of ``tensors``: {module: {proj: {expert: {what: tensor}}}}."""
     out: dict[str, dict[str, dict[int, dict[str, torch.Tensor]]]] = {}
-    for k in [k for k in tensors if EXPERT_KEY.match(k)]:
-        m = EXPERT_KEY.match(k)
-        assert m is not None
+    for k, m in [(k, m) for k in tensors if (m := EXPERT_KEY.match(k))]:
         out.setdefault(m["mod"], {}).setdefault(m["proj"], {}).setdefault(int(m["e"]), {})[m["what"]] = tensors.pop(k)
     for mod, projs in out.items():
         counts = {p: sorted(d) for p, d in projs.items()}

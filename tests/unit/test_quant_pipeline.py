@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from posttrain.configs.quant import QuantConfig
+from tests.require import require
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +170,7 @@ def test_sft_source_without_data_is_one_clear_error(tmp_path):
 def test_export_loads_in_transformers_with_compressed_tensors(tmp_path, sft_file, one_thread):
     """Where compressed-tensors is installed (`pip install -e '.[quant]'`): its config schema accepts
     the export, and transformers' loader computes the same logits as posttrain's simulation."""
-    ct = pytest.importorskip("compressed_tensors")
+    ct = require("compressed_tensors", "quant")
     from transformers import AutoModelForCausalLM
 
     from posttrain.quant.checkpoint import load_fp8
@@ -192,7 +193,7 @@ def test_per_expert_fp8_export_in_transformers(tmp_path, sft_file, one_thread):
     NemotronH: it dequantizes each expert with its scales and fuses them, bit-identical to ours,
     but runs the experts' matmuls on unrounded inputs (it has no FP8 MoE path; static input
     scales are reported as unexpected keys). With our expert input rounding off, the logits match."""
-    pytest.importorskip("compressed_tensors")
+    require("compressed_tensors", "quant")
     from transformers import AutoModelForCausalLM
 
     from posttrain.quant.checkpoint import load_fp8
