@@ -1,6 +1,7 @@
-"""A stand-in environment for the Ray tests, importable by the actors (``scale.worker_imports:
-[tests.integration.scale_env]``): reward 1 when the reply has an even number of characters, about
-half of a tiny random model's replies, so GRPO groups carry signal."""
+"""Stand-in environments for the RL tests, in a module the Ray actors can import too
+(``scale.worker_imports: [tests.integration.scale_env]``). ``test_even_length``: reward 1 when the
+reply has an even number of characters, about half of a tiny random model's replies, so GRPO groups
+carry signal (tests/integration/test_rl.py, test_rlhf.py, test_scale_ray.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from posttrain.envs.base import ENVIRONMENTS, Environment, Task, VerifyResult, f
 
 
 class EvenLengthEnv(Environment):
-    name = "test_even_length_ray"
+    name = "test_even_length"
     domain = "test"
 
     def tasks(self, split="train", n=None, seed=0):

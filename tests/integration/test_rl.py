@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 from posttrain.algos.advantages import make_advantage
 from posttrain.algos.losses import make_loss
 from posttrain.configs import load_config
-from posttrain.envs.base import ENVIRONMENTS, Environment, Episode, StepResult, Task, VerifyResult, final_answer_text
+from posttrain.envs.base import ENVIRONMENTS, Episode, StepResult, VerifyResult
 from posttrain.models.loading import load_model
 from posttrain.models.moe import find_routers
 from posttrain.commands import rl as rl_command
@@ -30,25 +30,9 @@ from posttrain.episodes.collect import Rollout
 from posttrain.envs.build import build_envs
 from posttrain.train.precision import autocast
 from posttrain.train.rl import filtered_batch, train_rl
+from tests.integration.scale_env import EvenLengthEnv  # registers test_even_length (shared with the Ray tests)
 
 
-class EvenLengthEnv(Environment):
-    """Reward 1 when the reply has an even number of characters: about half of random replies."""
-
-    name = "test_even_length"
-    domain = "test"
-
-    def tasks(self, split="train", n=None, seed=0):
-        return [Task(id=f"even/{split}/{seed}/{i}", domain="test",
-                     messages=[{"role": "user", "content": f"Write something about {i}."}]) for i in range(n or 16)]
-
-    def verify(self, task, messages):
-        even = len(final_answer_text(messages)) % 2 == 0
-        return VerifyResult(float(even), reason="even" if even else "odd")
-
-
-if EvenLengthEnv.name not in ENVIRONMENTS:
-    ENVIRONMENTS.register(EvenLengthEnv.name)(EvenLengthEnv)
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # shared fixture in tests/conftest.py

@@ -18,7 +18,7 @@ from posttrain.configs import load_config
 from posttrain.configs.dpo import DPOConfig
 from posttrain.configs.rlhf import RLHFConfig
 from posttrain.engines.base import Completion
-from tests.integration.test_rl import EvenLengthEnv  # noqa: F401  (registers test_even_length)
+from tests.integration.scale_env import EvenLengthEnv  # noqa: F401  (registers test_even_length)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

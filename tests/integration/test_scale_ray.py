@@ -34,7 +34,7 @@ def _cfg(run_dir, *over) -> RLConfig:
     base = ["model=tiny-llama", f"run_dir={run_dir}", "train.steps=3", "train.eval_every=3", "train.save_every=0",
             "rollout.prompts_per_step=4", "rollout.group_size=4", "rollout.max_new_tokens=6",
             "algo.overlong_filter=false", "optim.lr=1e-3", "train.plot=false", "train.threads=1",
-            "envs=[{name: test_even_length_ray, train_tasks: 16, val_tasks: 4}]",
+            "envs=[{name: test_even_length, train_tasks: 16, val_tasks: 4}]",
             "scale.worker_imports=[tests.integration.scale_env]"]
     return load_config(RLConfig, None, base + list(over))
 
