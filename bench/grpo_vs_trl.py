@@ -43,14 +43,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from results_row import append_row  # bench/results_row.py (sys.path[0] is bench/ when run)
+from results_row import append_row, commit, machine  # bench/results_row.py (sys.path[0] is bench/ when run)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "grpo_vs_trl.jsonl"
 PROMPTS, GROUP, MAX_NEW, LR = 8, 4, 48, 1e-6
@@ -133,7 +132,6 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch threads for both (default 1: bench/threads.py)")
     ap.add_argument("--modes", default="equal,skip", help="posttrain modes to run (equal, skip or both)")
     args = ap.parse_args()
-    import subprocess
 
     import torch
     import trl
@@ -160,11 +158,9 @@ def main() -> None:
         "model": args.model, "dtype": "fp32", "prompts": PROMPTS, "group": GROUP, "max_new_tokens": MAX_NEW,
         "lr": LR, "timed_steps": args.steps, "posttrain_modes": ours, "trl": theirs, "speedup_by_mode": ratio,
         "posttrain": ours.get("skip", next(iter(ours.values()))), "speedup": ratio.get("skip", next(iter(ratio.values()))),
-        "machine": {"cores": os.cpu_count(), "threads": torch.get_num_threads(), "load_before": load_before,
-                    "load_after": load_after, "cpu": platform.processor() or platform.machine()},
+        "machine": machine(load_before, load_after, threads=torch.get_num_threads()),
         "versions": {"torch": torch.__version__, "trl": trl.__version__},
-        "commit": subprocess.run(["git", "-C", str(Path(__file__).resolve().parent), "rev-parse", "--short", "HEAD"],
-                                 capture_output=True, text=True).stdout.strip(),
+        "commit": commit(),
     }
     if args.model == "embedded":  # smoke tests are not results
         append_row(RESULTS, row)

@@ -26,17 +26,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from results_row import append_row  # noqa: E402
+from results_row import append_row, commit  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "pipeline.jsonl"
-
-
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=ROOT).stdout.strip()
-    except OSError:
-        return "unknown"
 
 
 def summarize(run_dir: Path) -> dict:
@@ -98,7 +90,7 @@ def main() -> None:
     rows = []
     for d in runs:
         row = {"bench": "pipeline", "kind": "quick" if "quick" in d.name else "default",
-               "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "commit": _commit(), "cpus": os.cpu_count(),
+               "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "commit": commit(), "cpus": os.cpu_count(),
                "threads": args.threads, "loadavg_end": [round(x, 2) for x in os.getloadavg()],
                "python": platform.python_version(), **summarize(d)}
         if not args.no_save:

@@ -17,12 +17,10 @@ import argparse
 import contextlib
 import copy
 import os
-import platform
-import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
 
-from results_row import append_row  # bench/results_row.py (sys.path[0] is bench/ when run)
+from results_row import append_row, commit, machine  # bench/results_row.py (sys.path[0] is bench/ when run)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "precision.jsonl"
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,10 +68,8 @@ def main() -> None:
     row = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "bench": "precision",
            "model": args.model, "probe": {"fp32_gflops": probe.fp32_gflops, "bf16_gflops": probe.bf16_gflops,
                                           "machine": probe.machine}, "decisions": decisions, "errors": errors,
-           "machine": {"cores": os.cpu_count(), "cpu": platform.processor() or platform.machine(),
-                       "load_before": load_before, "load_after": load_after},
-           "commit": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                    text=True).stdout.strip()}
+           "machine": machine(load_before, load_after),
+           "commit": commit()}
     if not args.no_save:
         append_row(RESULTS, row)
     a = errors["bf16_autocast"]

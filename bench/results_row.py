@@ -16,3 +16,23 @@ def append_row(path: Path, record: dict[str, Any]) -> None:
         os.write(fd, (json.dumps(record) + "\n").encode())
     finally:
         os.close(fd)
+
+
+def commit() -> str:
+    """The checkout's short commit, or "unknown" outside a git checkout (every row names its code)."""
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "-C", str(Path(__file__).resolve().parent), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True).stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def machine(load_before: float, load_after: float, **extra: Any) -> dict[str, Any]:
+    """Where a figure was measured: cores, CPU, the 1-minute load average before and after, and
+    whatever else the bench adds (threads, capability)."""
+    import platform
+
+    return {"cores": os.cpu_count(), "cpu": platform.processor() or platform.machine(),
+            "load_before": load_before, "load_after": load_after, **extra}

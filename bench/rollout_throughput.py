@@ -34,13 +34,12 @@ import argparse
 import os
 import platform
 import statistics
-import subprocess
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from results_row import append_row  # bench/results_row.py (sys.path[0] is bench/ when run)
+from results_row import append_row, commit, machine  # bench/results_row.py (sys.path[0] is bench/ when run)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "rollout_throughput.jsonl"
 ROOT = Path(__file__).resolve().parent.parent
@@ -136,13 +135,13 @@ def main() -> None:
 
     from posttrain.engines.hf import HFGenerator
     from posttrain.models.loading import load_model
-    from sft_throughput import matmul_peak  # bench/sft_throughput.py: best-of at the current threads
+    from posttrain.models.precision import measure
 
     torch.set_num_threads(args.threads)
     batches = [int(b) for b in args.batches.split(",")]
     load_before = os.getloadavg()[0]
     read_gbs, copy_gbs = bandwidth_gbs()
-    peak = {k: matmul_peak(dt, budget_s=1.0) / 1e9 for k, dt in (("fp32", torch.float32), ("bf16", torch.bfloat16))}
+    peak = dict(zip(("fp32", "bf16"), measure(budget_s=1.0, threads=args.threads, sizes=(512, 1024))))
 
     loaded = load_model(args.model, device="cpu", dtype=torch.float32)
     model, tok = loaded.model, loaded.tokenizer
@@ -202,10 +201,8 @@ def main() -> None:
            "kind": "bandwidth_limit", "model": args.model, "args": vars(args), "bandwidth_read_gbs": read_gbs,
            "bandwidth_copy_gbs": copy_gbs, "peak_gflops": peak, "prompt_tokens": prompt_len, "table": table,
            "bf16_logprob_error": lp_err, "sampler_share": share,
-           "machine": {"cores": os.cpu_count(), "cpu": platform.processor() or platform.machine(),
-                       "threads": args.threads, "load_before": load_before, "load_after": load_after},
-           "commit": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                    text=True).stdout.strip()}
+           "machine": machine(load_before, load_after, threads=args.threads),
+           "commit": commit()}
     if not args.no_save:
         append_row(RESULTS, row)
     print(f"RESULT rollout_throughput: {head['frac_bandwidth']:.2f} of bandwidth limit (HFGenerator fp32 decode "

@@ -40,23 +40,16 @@ from pathlib import Path
 
 import torch
 
-from results_row import append_row  # bench/results_row.py (sys.path[0] is bench/ when run)
+from results_row import append_row, commit, machine  # bench/results_row.py (sys.path[0] is bench/ when run)
 
 
-def matmul_peak(dtype: torch.dtype, sizes: tuple[int, ...] = (512, 1024), budget_s: float = 1.0) -> float:
-    """Best-of square-matmul FLOP/s within a time budget per size, at the run's thread count (bf16 can
-    be very slow on AVX2-only CPUs). Best over sizes because the fastest size differs by dtype and
-    thread count (measured here, 2 threads: bf16 974-980 GFLOP/s at 512-1024 but 537 at 2048)."""
-    best = 0.0
-    for n in sizes:
-        a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-        a @ b  # warm-up
-        start = time.perf_counter()
-        while time.perf_counter() - start < budget_s:
-            t = time.perf_counter()
-            a @ b
-            best = max(best, 2 * n**3 / (time.perf_counter() - t))
-    return best
+def matmul_peaks() -> dict[str, float]:
+    """fp32 and bf16 matmul peaks in FLOP/s at this run's thread count (``models/precision.py:
+    measure``, best over sizes 512 and 1024, the dtypes alternating)."""
+    from posttrain.models.precision import measure
+
+    fp32, bf16 = measure(budget_s=1.0, threads=torch.get_num_threads(), sizes=(512, 1024))
+    return {"fp32": fp32 * 1e9, "bf16": bf16 * 1e9}
 
 
 def profile_step(model, opt, examples, pad_id: int, seq: int, precision: str, vocab: int) -> dict[str, float]:
@@ -161,7 +154,6 @@ def main() -> int:
     ap.add_argument("--no-save", action="store_true")
     args = ap.parse_args()
 
-    import subprocess
 
     from posttrain.models.loading import load_model
     from posttrain.models.precision import Probe, decide
@@ -170,7 +162,7 @@ def main() -> int:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     load_before = os.getloadavg()[0]
-    peaks = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16)}
+    peaks = matmul_peaks()
     decision = decide(Probe(peaks["fp32"] / 1e9, peaks["bf16"] / 1e9, source="this run"), "sft")
     precision = decision.precision
     best = max(peaks, key=peaks.get)  # type: ignore[arg-type]
@@ -229,7 +221,7 @@ def main() -> int:
     # The peaks again, after the trainers; the higher of the two counts. A busy moment during the
     # first measurement must not lower the peak: at load 1.6 one run measured fp32 81 GFLOP/s while
     # the fp32 trainer itself then ran at 154 (a "190% of peak" that only says the peak was wrong).
-    again = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16)}
+    again = matmul_peaks()
     peaks = {k: max(peaks[k], again[k]) for k in peaks}
     best = max(peaks, key=peaks.get)  # type: ignore[arg-type]
     for r in results.values():
@@ -258,14 +250,11 @@ def main() -> int:
                 print(f"  {k:45s} {v:6.2f} s  {100 * v / prof['total step']:5.1f}%")
     if not args.no_save:
         out = Path(__file__).parent / "results" / "sft_throughput.jsonl"
-        commit = subprocess.run(["git", "-C", str(Path(__file__).parent), "rev-parse", "--short", "HEAD"],
-                                capture_output=True, text=True).stdout.strip()
         append_row(out, {"time": time.time(), "model": args.model, "peaks": peaks, "precision": precision,
                          "best_peak": best, "results": results, "speedup": speedup, "profile": prof,
-                         "args": vars(args), "commit": commit, "auto_attention": auto_attention,
-                         "machine": {"cores": os.cpu_count(), "threads": torch.get_num_threads(),
-                                     "capability": torch.backends.cpu.get_cpu_capability(),
-                                     "load_before": load_before, "load_after": load_after}})
+                         "args": vars(args), "commit": commit(), "auto_attention": auto_attention,
+                         "machine": machine(load_before, load_after, threads=torch.get_num_threads(),
+                                            capability=torch.backends.cpu.get_cpu_capability())})
     print(f"RESULT sft_throughput: {100 * auto['frac_best_peak']:.1f} % of the best matmul peak ({best} "
           f"{peaks[best] / 1e9:.0f} GFLOP/s; posttrain SFT in {precision}, {auto['tokens_per_s']:.1f} ± "
           f"{auto['tokens_per_s_se']:.1f} tokens/s at 6N FLOP/token, {torch.get_num_threads()} threads)")

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -32,7 +31,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from results_row import append_row  # bench/results_row.py (sys.path[0] is bench/ when run)
+from results_row import append_row, commit, machine  # bench/results_row.py (sys.path[0] is bench/ when run)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "threads.jsonl"
 ROOT = Path(__file__).resolve().parent.parent
@@ -115,10 +114,8 @@ def main() -> None:
           f"{best_loaded['omp_wait_policy']}")
     row = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "bench": "threads",
            "args": vars(args), "table": table, "raw": {str(k): v for k, v in rates.items()},
-           "machine": {"cores": os.cpu_count(), "cpu": platform.processor() or platform.machine(),
-                       "load_before": load_before, "load_after": load_after},
-           "commit": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                    text=True).stdout.strip()}
+           "machine": machine(load_before, load_after),
+           "commit": commit()}
     if not args.no_save:
         append_row(RESULTS, row)
     print(f"RESULT threads: {ratio:.2f} ratio (torch default 2 threads + default OpenMP wait under a competing "

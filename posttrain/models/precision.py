@@ -124,32 +124,37 @@ def machine_key() -> str:
     return f"{model} | flags {digest} | torch {torch.__version__}"
 
 
-def measure(n: int = 512, budget_s: float = 0.3, min_reps: int = 3) -> tuple[float, float]:
-    """(fp32, bf16) best-of square-matmul GFLOP/s on one thread.
+def measure(n: int = 512, budget_s: float = 0.3, min_reps: int = 3, threads: int = 1,
+            sizes: tuple[int, ...] | None = None) -> tuple[float, float]:
+    """(fp32, bf16) best-of square-matmul GFLOP/s, on one thread by default.
 
     The two dtypes alternate rep by rep, so load from other processes hits both alike, and the best
-    rep is kept (one undisturbed rep is enough); one thread, because the ratio is what is decided on
-    and a second thread on a busy machine waits for the slower core. At least ``min_reps`` each, then
-    until ``budget_s`` has passed (a few hundred ms; ~1 s on an AVX2 CPU, where each bf16 rep is slow).
+    rep is kept (one undisturbed rep is enough); one thread for the probe, because the ratio is what
+    is decided on and a second thread on a busy machine waits for the slower core. At least
+    ``min_reps`` each, then until ``budget_s`` has passed per size (a few hundred ms; ~1 s on an AVX2
+    CPU, where each bf16 rep is slow). The benches ask for the peak at their own thread count and over
+    several ``sizes`` (the fastest size differs by dtype and threads: measured here, 2 threads, bf16
+    974-980 GFLOP/s at 512-1024 but 537 at 2048).
     """
     import torch
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    best = {torch.float32: 0.0, torch.bfloat16: 0.0}
     try:
-        mats = {dt: (torch.randn(n, n, dtype=dt), torch.randn(n, n, dtype=dt)) for dt in (torch.float32, torch.bfloat16)}
-        for a, b in mats.values():
-            a @ b  # warm-up (oneDNN primitive creation)
-        best = {dt: 0.0 for dt in mats}
-        start, reps = time.perf_counter(), 0
-        while reps < min_reps or time.perf_counter() - start < budget_s:
-            for dt, (a, b) in mats.items():
-                t = time.perf_counter()
-                a @ b
-                best[dt] = max(best[dt], 2 * n**3 / (time.perf_counter() - t))
-            reps += 1
+        for size in sizes or (n,):
+            mats = {dt: (torch.randn(size, size, dtype=dt), torch.randn(size, size, dtype=dt)) for dt in best}
+            for a, b in mats.values():
+                a @ b  # warm-up (oneDNN primitive creation)
+            start, reps = time.perf_counter(), 0
+            while reps < min_reps or time.perf_counter() - start < budget_s:
+                for dt, (a, b) in mats.items():
+                    t = time.perf_counter()
+                    a @ b
+                    best[dt] = max(best[dt], 2 * size**3 / (time.perf_counter() - t))
+                reps += 1
     finally:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(before)
     return best[torch.float32] / 1e9, best[torch.bfloat16] / 1e9
 
 
