@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
         return mine(args, cfg)
     if args.eval:
         return evaluate(args, cfg)
-    if getattr(args, "warmstart", None):  # Namespaces built in code may predate the flag
+    if args.warmstart:
         return warmstart(args, cfg)
     res = train_genrm(cfg, progress=not args.no_progress)
     last, nan = res.last, float("nan")

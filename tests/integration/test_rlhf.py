@@ -77,7 +77,7 @@ def test_genrm_run_on_preference_pairs(tmp_path, capsys):
     pairs.write_text("".join(json.dumps({"prompt": f"Say something about {i}.", "chosen": f"{i} is a number.",
                                          "rejected": ""}) + "\n" for i in range(12)))
     run_dir = tmp_path / "genrm"
-    args = argparse.Namespace(config=None, no_progress=True, mine=None, eval=None, overrides=[
+    args = argparse.Namespace(config=None, no_progress=True, mine=None, eval=None, warmstart=None, overrides=[
         f"{k}={v}" for k, v in {
             "model": "tiny-llama", "run_dir": run_dir, "train.steps": 2, "train.eval_every": 2, "train.save_every": 2,
             "rollout.prompts_per_step": 2, "rollout.group_size": 2, "rollout.max_new_tokens": 8,
@@ -96,6 +96,13 @@ def test_genrm_run_on_preference_pairs(tmp_path, capsys):
     figures = json.loads((tmp_path / "agreement.json").read_text())
     assert figures["n"] == 4 and 0 <= figures["format_error_rate"] <= 1 and "swapped/rank_side_acc" in figures
     assert (tmp_path / "agreement.replies.jsonl").exists()
+    # --warmstart: the format-teaching SFT rows of the train pairs, in the file SFT reads
+    from posttrain.envs.genrm.format import parse_judgement
+
+    args.eval, args.warmstart, args.verdicts = None, str(tmp_path / "warm.jsonl"), "random"
+    assert genrm_command.run(args) == 0
+    rows = [json.loads(x) for x in (tmp_path / "warm.jsonl").read_text().splitlines()]
+    assert len(rows) == 8 and all(parse_judgement(r["messages"][-1]["content"]).rank in range(1, 7) for r in rows)
 
 
 def test_dpo_run_resumes_with_the_cached_reference(tmp_path, monkeypatch):
