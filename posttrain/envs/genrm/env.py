@@ -25,7 +25,7 @@ import hashlib
 import random
 from typing import Any, Literal
 
-from posttrain.algos.genrm import C1, C2, Judgement, genrm_reward, genrm_reward_unit, swap_truth
+from posttrain.algos.genrm import C1, C2, Judgement, genrm_reward, genrm_reward_unit, rank_from_scores, swap_truth
 from posttrain.envs.base import ENVIRONMENTS, Environment, Message, Split, Task, VerifyResult
 from posttrain.envs.genrm.format import (ParseFailure, build_genrm_prompt, format_judgement, parse_judgement,
                                          response_text, split_prompt)
@@ -117,22 +117,17 @@ def warmstart_conversations(env: GenRMEnv, verdicts: Literal["random", "truth"] 
     appear."""
     rng = random.Random(seed)
     rows = []
-    for task in env.tasks("train", n):
-        user = task.messages[-1]["content"]
-        body = user.split("\n\nCompare the two responses")[0]
-        answers = [part.split("\n", 1)[1].strip() if "\n" in part else ""
-                   for part in body.split("## Response ")[1:3]]
-        short = [response_text(a)[:80].replace("\n", " ") for a in answers] + ["", ""]
+    tasks = [(pair_task(p, swapped), p, swapped) for p in env.pairs("train") for swapped in (False, True)]
+    for task, pair, swapped in tasks[:n]:
+        r1, r2 = (pair.response_2, pair.response_1) if swapped else (pair.response_1, pair.response_2)
+        short = [response_text(r)[:80].replace("\n", " ") for r in (r1, r2)]
         reasoning = f"Response 1 says: {short[0]} Response 2 says: {short[1]}"
         if verdicts == "truth":
             gt = task.ground_truth
             j = Judgement(gt["h1"], gt["h2"], gt["rank"])
         else:
-            h1, h2 = rng.randint(1, 5), rng.randint(1, 5)
-            d = h1 - h2
-            rank = (1 if d >= 3 else 2 if d == 2 else 3 if d == 1 else 4 if d == -1 else 5 if d == -2
-                    else 6 if d <= -3 else rng.choice((3, 4)))
-            j = Judgement(h1, h2, rank)
+            h1, h2 = rng.randint(1, 5), rng.randint(1, 5)  # the ground-truth rule's ranking; a tie: 3 or 4
+            j = Judgement(h1, h2, rank_from_scores(h1, h2) or rng.choice((3, 4)))
         rows.append({"messages": [*task.messages, {"role": "assistant", "content": format_judgement(j, reasoning)}],
                      "id": task.id})
     return rows
