@@ -61,12 +61,9 @@ def serve(spec_path: str, out_path: str) -> int:
     return 0
 
 
-def ours_greedy(path: str, prompts: list[list[int]]) -> list[list[int]]:
+def ours_greedy(model, prompts: list[list[int]]) -> list[list[int]]:
     import torch
 
-    from posttrain.quant.checkpoint import load_fp8
-
-    model = load_fp8(path)
     outs = []
     for p in prompts:
         ids = torch.tensor([p])
@@ -76,7 +73,7 @@ def ours_greedy(path: str, prompts: list[list[int]]) -> list[list[int]]:
     return outs
 
 
-def divergence_margins(path: str, prompts: list[list[int]], theirs: list[list[int]], mine: list[list[int]]
+def divergence_margins(model, prompts: list[list[int]], theirs: list[list[int]], mine: list[list[int]]
                        ) -> list[dict | None]:
     """Where vLLM's greedy tokens first differ from ours: how close a call it was *for our model*.
 
@@ -87,9 +84,6 @@ def divergence_margins(path: str, prompts: list[list[int]], theirs: list[list[in
     quantized weights or scales."""
     import torch
 
-    from posttrain.quant.checkpoint import load_fp8
-
-    model = load_fp8(path)
     out: list[dict | None] = []
     for p, a, b in zip(prompts, theirs, mine):
         i = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), None)
@@ -131,13 +125,16 @@ def check(path: str, venv: str | None = None, timeout: int = 600) -> dict:
         theirs = json.loads(out.read_text())
     theirs["seconds_subprocess"] = seconds
     if "outputs" in theirs:
-        mine = ours_greedy(path, prompts)
+        from posttrain.quant.checkpoint import load_fp8
+
+        model = load_fp8(path)  # once, for the greedy outputs and the margins
+        mine = ours_greedy(model, prompts)
         theirs["identical"] = sum(a == b for a, b in zip(theirs["outputs"], mine))
         theirs["common_prefix"] = [next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
                                    for a, b in zip(theirs["outputs"], mine)]
         theirs["prompts"] = len(prompts)
         theirs["ours"] = mine
-        theirs["divergence"] = divergence_margins(path, prompts, theirs["outputs"], mine)
+        theirs["divergence"] = divergence_margins(model, prompts, theirs["outputs"], mine)
     return theirs
 
 
