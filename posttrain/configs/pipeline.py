@@ -86,7 +86,7 @@ class PipelineConfig(StrictModel):
         return self
 
 QUICK = {"n_train": 400, "n_eval": 96, "n_val_rows": 24, "sft_steps": 40, "sft_batch_size": 8,
-         "sft_lr": 2e-4, "max_new_tokens": 64, "rl_steps": 2, "rl_prompts_per_step": 4, "rl_group_size": 4,
+         "sft_lr": 2e-4, "max_new_tokens": 80, "rl_steps": 2, "rl_prompts_per_step": 4, "rl_group_size": 4,
          "rl_arith_train_tasks": 200, "rl_val_tasks": 8, "specialist_steps": 2, "distill_steps": 2,
          "genrm_steps": 2, "rlhf_steps": 2, "run_dir": "runs/pipeline-quick"}
 """``posttrain pipeline --quick``: every default stage for a moment. Measured (docs/results/pipeline.md,

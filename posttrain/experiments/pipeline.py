@@ -137,8 +137,24 @@ def run_rl(cfg: PipelineConfig, out_dir: Path, model: str, steps: int, envs: lis
     return {"run_dir": str(out_dir), "checkpoint": str(res.checkpoint), "model": model, "steps": res.steps,
             "trained_domains": sorted(e["name"] for e in envs if e["ratio"] > 0), "val_tasks": cfg.rl_val_tasks,
             "val_start": validation_at(out_dir, 0), "val_end": validation_at(out_dir, res.steps),
+            "val_gains": validation_gains(out_dir, res.steps),
             "best_step": res.best_step, "best_val_reward": res.best_val_reward,
             "rewards_png": str(out_dir / "rewards.png")}
+
+
+def validation_gains(out_dir: Path, step: int) -> dict[str, dict[str, Any]]:
+    """Per domain, the paired gain ± paired standard error of an RL run's greedy validation at
+    ``step`` over step 0, task by task from the run's own records (as ``posttrain validate
+    --against`` computes it); empty when the records are missing."""
+    from dataclasses import asdict
+
+    from posttrain.eval.compare import paired_gain, read_task_rewards
+
+    first, last = (out_dir / "validation" / f"step_{s:06d}.jsonl" for s in (0, step))
+    if step == 0 or not (first.is_file() and last.is_file()):
+        return {}
+    a, b = read_task_rewards(first), read_task_rewards(last)
+    return {env: asdict(paired_gain(a[env], b[env])) for env in b if env in a}
 
 
 def run_distill(cfg: PipelineConfig, run_dir: Path, sft: dict[str, Any]) -> dict[str, Any]:
@@ -267,7 +283,9 @@ def report(run_dir: Path, before: dict[str, Any], after: dict[str, Any], sft: di
         lines += ["", f"  RLVR held-out validation reward (greedy, {rl['val_tasks']} tasks per domain), "
                       f"step 0 → {rl['steps']}:"]
         for dom, start in rl["val_start"].items():
-            lines.append(f"    {dom:14s} {start:6.3f} → {rl['val_end'].get(dom, float('nan')):6.3f}")
+            g = rl.get("val_gains", {}).get(dom)
+            paired = f"   gain {_gain(g)}" if g else ""
+            lines.append(f"    {dom:14s} {start:6.3f} → {rl['val_end'].get(dom, float('nan')):6.3f}{paired}")
         lines.append(f"  RL curves: {rl['rewards_png']}")
     lines += [
         "",
