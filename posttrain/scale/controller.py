@@ -47,8 +47,8 @@ def _options(role: Any, restarts: int) -> dict[str, Any]:
     return opts
 
 
-def start_roles(cfg: RLConfig) -> tuple[Roles, Any]:
-    """The rollout, verifier and weight-store actors, and the trainer actor."""
+def start_roles(cfg: RLConfig) -> tuple[Roles, list[Any]]:
+    """The rollout, verifier and weight-store actors, and the trainer actors (one per rank)."""
     import ray
 
     s = cfg.scale
@@ -59,8 +59,23 @@ def start_roles(cfg: RLConfig) -> tuple[Roles, Any]:
                for i in range(s.rollout.count)]
     verifier = [ray.remote(VerifierWorker).options(**_options(s.verifier, s.max_restarts)).remote(cfg)
                 for _ in range(s.verifier.count)]
-    trainer = ray.remote(TrainerWorker).options(**_options(s.trainer, 0)).remote(cfg)
-    return Roles(rollout, verifier, store), trainer
+    trainers = [ray.remote(TrainerWorker).options(**_options(s.trainer, 0)).remote(cfg) for _ in range(s.trainer.count)]
+    return Roles(rollout, verifier, store), trainers
+
+
+def run_trainers(trainers: list[Any], cfg: RLConfig, roles: Roles, progress: bool, stop_after: int | None) -> Any:
+    """Every trainer rank's run; rank 0's result. The first rank to fail ends the wait (the others
+    would block in a collective with it), with its error."""
+    import ray
+
+    address = ray.get(trainers[0].address.remote()) if len(trainers) > 1 else None
+    refs = [tr.run.remote(cfg, roles, progress and rank == 0, stop_after, rank, address)
+            for rank, tr in enumerate(trainers)]
+    pending = list(refs)
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1)
+        ray.get(done[0])  # raises that rank's error
+    return ray.get(refs[0])
 
 
 def run_rl(cfg: RLConfig, progress: bool = True, stop_after: int | None = None) -> RLResult:
@@ -77,18 +92,17 @@ def run_rl(cfg: RLConfig, progress: bool = True, stop_after: int | None = None) 
     build_envs(cfg.envs)  # a wrong environment name or a dead server: one line, before Ray starts
     check_profile(cfg)
     started = init_ray(cfg)
-    roles, trainer = None, None
+    roles, trainers = None, []
     try:
-        roles, trainer = start_roles(cfg)
+        roles, trainers = start_roles(cfg)
         try:
-            return ray.get(trainer.run.remote(cfg, roles, progress, stop_after))
+            return run_trainers(trainers, cfg, roles, progress, stop_after)
         except ray.exceptions.RayTaskError as e:  # the trainer's own error (a UserError: one line), unwrapped
             if isinstance(e.cause, Exception):
                 raise e.cause from None
             raise
     finally:
-        for actor in ([trainer] if trainer is not None else []) + (
-                roles.rollout + roles.verifier + [roles.store] if roles is not None else []):
+        for actor in trainers + (roles.rollout + roles.verifier + [roles.store] if roles is not None else []):
             ray.kill(actor, no_restart=True)
         if started:
             ray.shutdown()

@@ -52,8 +52,13 @@ class WeightSync(Protocol):
         ...
 
 
-def state_tensors(model: Any) -> dict[str, Any]:
-    """The model's state dict as detached, contiguous CPU tensors (what every backend ships)."""
+def state_tensors(model: Any) -> dict[str, Any] | None:
+    """The model's state dict as detached, contiguous CPU tensors (what every backend ships). A
+    sharded trainer's ranks all gather it (a collective); rank 0 gets it, the others None."""
+    from posttrain.train import sharding
+
+    if sharding.current() is not None:
+        return sharding.full_state(model)[0]
     return {name: t.detach().to("cpu").contiguous() for name, t in model.state_dict().items()}
 
 
@@ -80,7 +85,10 @@ class ObjectStoreSync:
     def publish(self, model: Any, version: int) -> Any:
         import ray
 
-        return [ray.put(state_tensors(model))]  # in a list: Ray hands a nested reference on unresolved
+        named = state_tensors(model)
+        if named is None:  # another rank of a sharded trainer: it took part in the gather
+            return None
+        return [ray.put(named)]  # in a list: Ray hands a nested reference on unresolved
 
     def load(self, payload: Any, generator: Any) -> None:
         import ray
@@ -101,6 +109,8 @@ class CheckpointSync:
         path = self.dir / f"v{version:06d}.safetensors"
         tmp = path.with_suffix(".tmp")
         tensors = state_tensors(model)
+        if tensors is None:  # another rank of a sharded trainer: it took part in the gather
+            return None
         # safetensors refuses tensors that share storage (tied embeddings): one copy each
         seen: dict[Any, str] = {}
         for name, t in list(tensors.items()):
@@ -153,20 +163,25 @@ class NCCLSync:
     """UNTESTED here (no GPU); see the module docstring."""
 
     def __init__(self, cfg: NCCLSyncConfig, run_dir: str, workers: Any = None) -> None:
-        if not workers:
+        from posttrain.train import sharding
+
+        self.rank = sharding.current().rank if sharding.current() is not None else 0
+        if not workers and self.rank == 0:
             raise ValueError("weight_sync nccl pushes to rollout actors: it needs backend: ray")
-        self.cfg, self.workers, self.engine = cfg, list(workers), None
+        self.cfg, self.workers, self.engine = cfg, list(workers or []), None
 
     def publish(self, model: Any, version: int) -> Any:
+        """Rank 0 of the trainer sends; the other ranks of a sharded trainer replay vLLM's
+        ``ModuleSource`` iteration (each parameter's ``full_tensor()``, a collective) and send nothing."""
         import ray
         from vllm.distributed.weight_transfer.base import ModuleSource
         from vllm.distributed.weight_transfer.nccl_engine import (NCCLTrainerInitInfo,
                                                                   NCCLTrainerWeightTransferEngine)
 
         if self.engine is None:
-            ranks = sum(ray.get([w.engine_ranks.remote() for w in self.workers]))
+            ranks = sum(ray.get([w.engine_ranks.remote() for w in self.workers])) if self.rank == 0 else 0
             info = NCCLTrainerInitInfo(self.cfg.master_address, self.cfg.master_port, 1 + ranks,
-                                       packed=self.cfg.packed, rank=0)
+                                       packed=self.cfg.packed, rank=self.rank)
             self.engine = NCCLTrainerWeightTransferEngine.trainer_init(
                 info, client=_ActorSyncClient(self.workers), source=ModuleSource(model))
         self.engine.send_weights()
