@@ -26,6 +26,12 @@ Backends (``scale.weight_sync.type``):
   ``publish``; ``load`` has nothing to do. UNTESTED here: it needs CUDA GPUs (written against
   vllm 0.32's API, read from its source).
 
+A sharded trainer (``scale.trainer.count`` > 1, ``train/sharding.py``): every rank calls
+``publish`` (rank 0 tells the others when); the gather of the full weights is a collective, rank 0
+alone puts them in the store or the file, and the other ranks get None. For ``nccl`` every rank
+runs vLLM's ``send_weights`` with its own rank: each parameter's ``full_tensor()`` on all, the
+broadcast from rank 0 only (vLLM's design for FSDP trainers; untested here).
+
 Loading into an engine (:func:`apply_weights`): the HF engine samples from its module, so the
 tensors are copied into it (``load_state_dict``, strict: a missing or extra name is an error); the
 vLLM engine gets them through ``engines/vllm_engine.py: VLLMGenerator.load_weights`` (vLLM's own

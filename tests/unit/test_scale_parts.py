@@ -139,6 +139,8 @@ def test_gpu_recipes_validate_and_say_untested(recipe):
     cfg = load_config(RLConfig, recipe, [])
     assert cfg.scale.backend == "ray" and cfg.rollout.engine.type == "vllm" and cfg.scale.weight_sync.type == "nccl"
     assert cfg.scale.rollout.num_gpus == 1 and cfg.scale.trainer.num_gpus == 1
+    assert cfg.scale.trainer.count > 1 and cfg.scale.trainer.resolved_backend() == "nccl"  # FSDP2 over GPUs
+    assert "What did run, on CPUs: the sharded trainer" in text
 
 
 def test_stages_without_ray_support_refuse_backend_ray(tmp_path):
