@@ -240,8 +240,8 @@ def main() -> None:
               f"trainer, {model}; its update ran at {speed:.2f}x the one-trainer speed)")
     else:
         (a, sa), (b, sb) = ray_update
-        print(f"RESULT sharded_trainer: {b / a:.2f} x (update time of the tiny Ray GRPO run, 2 gloo ranks vs one trainer: "
-              f"{b:.3f} ± {sb:.3f} s vs {a:.3f} ± {sa:.3f} s)")
+        print(f"RESULT sharded_trainer: {b / a:.2f} x (update time of the tiny Ray GRPO run, 2 gloo ranks vs "
+              f"one trainer: {b:.3f} ± {sb:.3f} s vs {a:.3f} ± {sa:.3f} s)")
 
 
 if __name__ == "__main__":

@@ -87,8 +87,14 @@ def shard_model(model: Any, ranks: Ranks) -> Any:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import FSDPModule, fully_shard
 
+    from posttrain.errors import UserError
+
+    layers = getattr(getattr(model, "model", None), "layers", None)
+    if layers is None:
+        raise UserError(f"scale.trainer.count > 1: {type(model).__name__} has no decoder layers at model.layers "
+                        "to shard; use trainer.count=1")
     mesh = init_device_mesh(ranks.device, (ranks.world,))
-    for layer in model.model.layers:
+    for layer in layers:
         fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
     for m in model.modules():  # sum the ranks' gradients (the losses already divide by the whole step)
