@@ -7,8 +7,9 @@ fractional CPUs here, GPUs on a node), starts the weight store, hands the traine
 actors' handles, and waits for the run. With ``scale.trainer.count`` = N > 1 it starts N trainer
 actors, gives them rank 0's address to form one process group (the model sharded by FSDP2,
 ``train/sharding.py``), and ends the wait at the first rank that fails. The trainer actor runs the
-same loop and the same RL stage; only the stage's rollout source differs (``scale/rollouts.py``). What the config names outside
-itself (environments, the curriculum profile) is checked here, before any actor starts.
+same loop and the same RL stage; only the stage's rollout source differs (``scale/rollouts.py``).
+What the config names outside itself (environments, the curriculum profile) is checked here,
+before any actor starts.
 
 Rollout and verifier actors are restarted by Ray when they die (``scale.max_restarts``), and their
 calls retried; the trainer actor is not (a killed trainer resumes from its last checkpoint when the

@@ -198,9 +198,6 @@ def setup(cfg: StageConfig, lora: LoRAConfig | None = None, freeze_routers: bool
         print(f"[{run_dir.name}] {decision.line()}" + (f"; {attention} attention" if attention else ""))
         (run_dir / "precision.json").write_text(json.dumps(decision.metrics(), indent=1) + "\n")
     if ranks is not None:
-        if monitor is not None or lora_on:
-            raise UserError("scale.trainer.count > 1 shards dense models without LoRA; this run has "
-                            + ("MoE routers" if monitor is not None else "LoRA") + ": use trainer.count=1")
         sharding.shard_model(model, ranks)
 
     params = [p for p in model.parameters() if p.requires_grad]

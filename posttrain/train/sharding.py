@@ -88,7 +88,12 @@ def shard_model(model: Any, ranks: Ranks) -> Any:
     from torch.distributed.fsdp import FSDPModule, fully_shard
 
     from posttrain.errors import UserError
+    from posttrain.models.moe import find_routers
 
+    kind = "MoE routers" if find_routers(model) else "LoRA" if hasattr(model, "peft_config") else None
+    if kind:  # MoE: the expert-bias updates would need the ranks' expert loads summed first
+        raise UserError(f"scale.trainer.count > 1 shards dense models without LoRA; this run has {kind}: "
+                        "use trainer.count=1")
     layers = getattr(getattr(model, "model", None), "layers", None)
     if layers is None:
         raise UserError(f"scale.trainer.count > 1: {type(model).__name__} has no decoder layers at model.layers "
