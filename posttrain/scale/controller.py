@@ -24,6 +24,7 @@ import uuid
 from typing import Any
 
 from posttrain.configs.rl import RLConfig
+from posttrain.errors import UserError
 from posttrain.scale.workers import (ROLLOUT_FAULT_ENV, Roles, RolloutWorker, TrainerWorker, VerifierWorker,
                                      WeightStore)
 from posttrain.train.rl import RLResult, train_rl
@@ -55,6 +56,10 @@ def start_roles(cfg: RLConfig) -> tuple[Roles, list[Any]]:
     import ray
 
     s = cfg.scale
+    gpus = sum(r.count * r.num_gpus for r in (s.rollout, s.verifier, s.trainer))
+    if gpus and not ray.cluster_resources().get("GPU"):  # Ray would leave the actors pending for ever
+        raise UserError(f"scale: the roles ask for {gpus:g} GPUs (scale.*.num_gpus) and this Ray cluster has none; "
+                        "set num_gpus=0 (and trainer.backend gloo) on CPUs")
     name = f"posttrain-weights-{uuid.uuid4().hex[:12]}"
     store = ray.remote(WeightStore).options(num_cpus=0, name=name).remote()
     fault = os.environ.get(ROLLOUT_FAULT_ENV)

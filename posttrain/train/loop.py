@@ -353,7 +353,7 @@ def update(t: Trainer, stage: Stage, micro: list[Any], loss_fn: Callable[[Any], 
     loads: dict[str, Any] = {}
     for mb in sharding.share(micro, t.ranks):
         padding = mb is None  # this rank's share is short: the same passes as the others, no gradient
-        mb = micro[0] if padding else mb
+        mb = next(m for m in micro if m is not None) if padding else mb
         with t.amp():
             x = stage.loss_inputs(t.model, mb)
             out = loss_fn(x)

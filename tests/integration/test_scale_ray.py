@@ -199,3 +199,21 @@ def test_sharded_trainer_stopped_and_resumed_ends_with_the_same_weights(sharded_
     assert _metrics(tmp_path)[-1] == _metrics(sharded_run)[-1]
     wa, wb = _weights(tmp_path), _weights(sharded_run)
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_gpu_roles_on_a_cluster_without_gpus_are_one_line(tmp_path):
+    from posttrain.errors import UserError
+
+    if ray_has_gpus():
+        pytest.skip("this Ray cluster has GPUs")
+    cfg = _cfg(tmp_path, "scale.backend=ray", "scale.trainer.count=2", "scale.trainer.num_gpus=1")
+    assert cfg.scale.trainer.resolved_backend() == "nccl"
+    with pytest.raises(UserError, match="ask for 2 GPUs .* this Ray cluster has none") as e:
+        run_rl(cfg, progress=False)
+    assert "\n" not in str(e.value)
+
+
+def ray_has_gpus() -> bool:
+    import ray
+
+    return bool(ray.cluster_resources().get("GPU"))

@@ -3,7 +3,8 @@ Llama with FSDP2 take the same step as one process on the whole batch.
 
 The step is the loop's own ``update`` (micro-batches, token normalisation over the whole step,
 clipping, AdamW) on five rows of different lengths: one process runs them as three micro-batches;
-two ranks split the rows (2 and 3) into 1 and 2 micro-batches, so rank 0 also runs one padding pass.
+two ranks split the rows (2 and 3) into 1 and 2 micro-batches, so rank 0 also runs one padding pass;
+and, as when a step trains fewer rows than there are ranks, rank 0 with no rows at all (padding only).
 fp32 throughout. Tolerances: the loss and its metrics to 1e-6 relative, the gradient norm to 1e-5
 relative (the ranks' float sums are added in another order), every weight after the AdamW step to
 1e-6 absolute (lr 1e-3, so a step moves a weight by ~1e-3: the update agrees to ~0.1%).
@@ -21,7 +22,8 @@ import torch.multiprocessing as mp
 
 ROWS = [[5, 9, 13, 2, 7, 11], [3, 3, 8], [21, 4, 6, 17, 30, 2, 9, 40], [12, 1], [7, 8, 9, 10, 11]]
 SINGLE = [[0, 1], [2], [3, 4]]  # one process: three micro-batches of the whole batch
-SHARES = [[[0, 1]], [[2], [3, 4]]]  # two ranks: rows 0-1 on rank 0, rows 2-4 on rank 1
+SHARES = {"split": [[[0, 1]], [[2], [3, 4]]],  # two ranks: rows 0-1 on rank 0, rows 2-4 on rank 1
+          "rank0_empty": [[], [[0, 1], [2, 3, 4]]]}  # rank 0 has nothing to train on: padding passes only
 
 
 class CEStep:
@@ -51,7 +53,7 @@ class Stage(CEStep):
         pass
 
 
-def _step(rank: int, world: int, port: int, out: str) -> None:
+def _step(rank: int, world: int, port: int, out: str, layout: str = "split") -> None:
     from posttrain.algos.losses import make_loss
     from posttrain.configs.train import MoEConfig, OptimConfig
     from posttrain.models.tiny import build_tiny
@@ -68,7 +70,7 @@ def _step(rank: int, world: int, port: int, out: str) -> None:
     opt = torch.optim.AdamW(params, lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
     cfg = SimpleNamespace(optim=OptimConfig(lr=1e-3, grad_clip=1.0), moe=MoEConfig())
     t = Trainer(cfg, model, None, "cpu", opt, params, nullcontext, None, None, ranks=ranks)
-    micro = SINGLE if ranks is None else sharding.interleave(SHARES)
+    micro = SINGLE if ranks is None else sharding.interleave(SHARES[layout])
     m = update(t, Stage(), micro, make_loss("ce"))
     weights = sharding.full_state(model)[0] if ranks is not None else model.state_dict()
     if rank == 0:
@@ -83,11 +85,17 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def steps(tmp_path_factory):
-    root = tmp_path_factory.mktemp("sharding")
-    _step(0, 1, 0, str(root / "one.pt"))
-    mp.spawn(_step, args=(2, _free_port(), str(root / "two.pt")), nprocs=2)
-    return torch.load(root / "one.pt", weights_only=False), torch.load(root / "two.pt", weights_only=False)
+def one_process(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sharding") / "one.pt"
+    _step(0, 1, 0, str(out))
+    return torch.load(out, weights_only=False)
+
+
+@pytest.fixture(scope="module", params=list(SHARES))
+def steps(request, one_process, tmp_path_factory):
+    out = tmp_path_factory.mktemp("sharding") / "two.pt"
+    mp.spawn(_step, args=(2, _free_port(), str(out), request.param), nprocs=2)
+    return one_process, torch.load(out, weights_only=False)
 
 
 def test_two_ranks_give_the_loss_of_one_process(steps):
