@@ -5,8 +5,9 @@
 layer with torch's own ``fully_shard`` and then the root, so each rank keeps 1/N of every
 parameter, its gradient and its AdamW moments (the optimizer is built on the sharded parameters, so
 its states are sharded too). A forward all-gathers one layer at a time; a backward reduce-scatters
-its gradients. Torch's API, not accelerate's: the wrapping is four lines, and accelerate would add a
-launcher and a config file for nothing the loop needs.
+its gradients. Torch's API, not accelerate's: the wrapping is a few lines, and accelerate would add
+a launcher and a config file for nothing the loop needs. Dense models without LoRA only (MoE: the
+expert-bias update would need the ranks' expert loads summed first; not done).
 
 Who does what. Rank 0 is the trainer of a one-process run, unchanged: it samples (through the
 rollout source), scores, logs, validates and writes checkpoints. The other ranks run
