@@ -63,6 +63,23 @@ class NCCLSyncConfig(StrictModel):
     """Pack tensors into fixed buffers for the broadcast (vLLM's default)."""
 
 
+class TrainerResources(RoleResources):
+    """The trainer: one actor, or ``count`` ranks of one torch.distributed group with the model
+    sharded by FSDP2 (``train/sharding.py``): parameters, gradients and AdamW states split between
+    the ranks, each rank an equal share of the step's micro-batches, rank 0 alone driving the
+    rollouts, metrics and checkpoints."""
+
+    backend: Literal["auto", "gloo", "nccl"] = "auto"
+    """Collective backend of a sharded trainer (``count`` > 1): ``nccl`` on GPUs, ``gloo`` on CPUs;
+    ``auto`` picks nccl when ``num_gpus`` > 0, else gloo."""
+    timeout_s: float = Field(7200.0, gt=0)
+    """How long a rank waits in a collective (the other ranks wait for rank 0 while it samples and
+    validates: longer than the slowest step)."""
+
+    def resolved_backend(self) -> str:
+        return self.backend if self.backend != "auto" else ("nccl" if self.num_gpus > 0 else "gloo")
+
+
 WeightSyncConfig = Annotated[
     Union[ObjectStoreSyncConfig, CheckpointSyncConfig, NCCLSyncConfig], Field(discriminator="type"),
     BeforeValidator(_bare_name),
@@ -82,8 +99,8 @@ class ScaleConfig(StrictModel):
     """Rollout workers: each holds a copy of the policy and an engine (``rollout.engine``)."""
     verifier: RoleResources = Field(default_factory=lambda: RoleResources(num_cpus=0.25))
     """Verification workers: the environments' verifiers (sandbox, judges) behind the scorer interface."""
-    trainer: RoleResources = Field(default_factory=lambda: RoleResources(num_cpus=1.0))
-    """The trainer: the training loop (``train/loop.py``); one actor."""
+    trainer: TrainerResources = Field(default_factory=lambda: TrainerResources(num_cpus=1.0))
+    """The trainer: the training loop (``train/loop.py``); ``count`` > 1 shards it with FSDP2."""
     weight_sync: WeightSyncConfig = Field(default_factory=ObjectStoreSyncConfig)
     """How the weights reach the rollout workers after each update."""
     ahead: int = Field(0, ge=0)
@@ -102,9 +119,14 @@ class ScaleConfig(StrictModel):
     def _coherent(self) -> "ScaleConfig":
         if self.backend == "inprocess" and self.ahead:
             raise ValueError("ahead > 0 (asynchronous sampling) needs backend: ray")
-        if self.trainer.count != 1:
-            raise ValueError("trainer.count: one trainer actor (data-parallel training is not implemented; "
-                             "docs/scale.md)")
+        tr = self.trainer
+        if tr.count > 1 and self.backend != "ray":
+            raise ValueError(f"trainer.count={tr.count} (a sharded trainer) needs backend: ray")
+        if tr.resolved_backend() == "nccl" and (tr.num_gpus < 1 or self.backend != "ray"):
+            raise ValueError("trainer.backend: nccl needs one GPU per trainer rank (trainer.num_gpus >= 1, "
+                             "backend: ray); on CPUs use gloo")
+        if tr.backend == "gloo" and tr.num_gpus > 0:
+            raise ValueError("trainer.backend: gloo shards CPU tensors; with trainer.num_gpus > 0 use nccl (or auto)")
         if isinstance(self.weight_sync, CheckpointSyncConfig) and self.weight_sync.keep <= self.ahead:
             raise ValueError(f"weight_sync.keep={self.weight_sync.keep} must exceed ahead={self.ahead}: "
                              "in-flight requests read older versions")

@@ -105,7 +105,11 @@ class RayRollouts:
     def publish(self, model: Any) -> None:
         import ray
 
+        from posttrain.train import sharding
+
         self.version += 1
+        if sharding.current() is not None:  # a sharded trainer: every rank takes part in the gather
+            sharding.send(("publish", self.version))
         payload = self.sync.publish(model, self.version)
         ray.get(self.roles.store.set.remote(self.version, payload))  # before any later request starts
 

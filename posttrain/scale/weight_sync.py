@@ -26,6 +26,12 @@ Backends (``scale.weight_sync.type``):
   ``publish``; ``load`` has nothing to do. UNTESTED here: it needs CUDA GPUs (written against
   vllm 0.32's API, read from its source).
 
+A sharded trainer (``scale.trainer.count`` > 1, ``train/sharding.py``): every rank calls
+``publish`` (rank 0 tells the others when); the gather of the full weights is a collective, rank 0
+alone puts them in the store or the file, and the other ranks get None. For ``nccl`` every rank
+runs vLLM's ``send_weights`` with its own rank: each parameter's ``full_tensor()`` on all, the
+broadcast from rank 0 only (vLLM's design for FSDP trainers; untested here).
+
 Loading into an engine (:func:`apply_weights`): the HF engine samples from its module, so the
 tensors are copied into it (``load_state_dict``, strict: a missing or extra name is an error); the
 vLLM engine gets them through ``engines/vllm_engine.py: VLLMGenerator.load_weights`` (vLLM's own
@@ -52,8 +58,13 @@ class WeightSync(Protocol):
         ...
 
 
-def state_tensors(model: Any) -> dict[str, Any]:
-    """The model's state dict as detached, contiguous CPU tensors (what every backend ships)."""
+def state_tensors(model: Any) -> dict[str, Any] | None:
+    """The model's state dict as detached, contiguous CPU tensors (what every backend ships). A
+    sharded trainer's ranks all gather it (a collective); rank 0 gets it, the others None."""
+    from posttrain.train import sharding
+
+    if sharding.current() is not None:
+        return sharding.full_state(model)[0]
     return {name: t.detach().to("cpu").contiguous() for name, t in model.state_dict().items()}
 
 
@@ -80,7 +91,10 @@ class ObjectStoreSync:
     def publish(self, model: Any, version: int) -> Any:
         import ray
 
-        return [ray.put(state_tensors(model))]  # in a list: Ray hands a nested reference on unresolved
+        named = state_tensors(model)
+        if named is None:  # another rank of a sharded trainer: it took part in the gather
+            return None
+        return [ray.put(named)]  # in a list: Ray hands a nested reference on unresolved
 
     def load(self, payload: Any, generator: Any) -> None:
         import ray
@@ -101,6 +115,8 @@ class CheckpointSync:
         path = self.dir / f"v{version:06d}.safetensors"
         tmp = path.with_suffix(".tmp")
         tensors = state_tensors(model)
+        if tensors is None:  # another rank of a sharded trainer: it took part in the gather
+            return None
         # safetensors refuses tensors that share storage (tied embeddings): one copy each
         seen: dict[Any, str] = {}
         for name, t in list(tensors.items()):
@@ -153,20 +169,25 @@ class NCCLSync:
     """UNTESTED here (no GPU); see the module docstring."""
 
     def __init__(self, cfg: NCCLSyncConfig, run_dir: str, workers: Any = None) -> None:
-        if not workers:
+        from posttrain.train import sharding
+
+        self.rank = sharding.current().rank if sharding.current() is not None else 0
+        if not workers and self.rank == 0:
             raise ValueError("weight_sync nccl pushes to rollout actors: it needs backend: ray")
-        self.cfg, self.workers, self.engine = cfg, list(workers), None
+        self.cfg, self.workers, self.engine = cfg, list(workers or []), None
 
     def publish(self, model: Any, version: int) -> Any:
+        """Rank 0 of the trainer sends; the other ranks of a sharded trainer replay vLLM's
+        ``ModuleSource`` iteration (each parameter's ``full_tensor()``, a collective) and send nothing."""
         import ray
         from vllm.distributed.weight_transfer.base import ModuleSource
         from vllm.distributed.weight_transfer.nccl_engine import (NCCLTrainerInitInfo,
                                                                   NCCLTrainerWeightTransferEngine)
 
         if self.engine is None:
-            ranks = sum(ray.get([w.engine_ranks.remote() for w in self.workers]))
+            ranks = sum(ray.get([w.engine_ranks.remote() for w in self.workers])) if self.rank == 0 else 0
             info = NCCLTrainerInitInfo(self.cfg.master_address, self.cfg.master_port, 1 + ranks,
-                                       packed=self.cfg.packed, rank=0)
+                                       packed=self.cfg.packed, rank=self.rank)
             self.engine = NCCLTrainerWeightTransferEngine.trainer_init(
                 info, client=_ActorSyncClient(self.workers), source=ModuleSource(model))
         self.engine.send_weights()

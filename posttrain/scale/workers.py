@@ -10,7 +10,10 @@ with ``ray.remote`` and the role's resources from ``scale:``).
   the trainer.
 * :class:`WeightStore` — the newest ``(version, payload)`` of the weight-sync backend.
 * :class:`TrainerWorker` — runs the one training loop (``train/rl.py: train_rl``) with a
-  :class:`~posttrain.scale.rollouts.RayRollouts` source in place of its own engine.
+  :class:`~posttrain.scale.rollouts.RayRollouts` source in place of its own engine. With
+  ``scale.trainer.count`` = N > 1 there are N of them, ranks of one torch.distributed group holding
+  the model sharded by FSDP2 (``train/sharding.py``): rank 0 runs ``train_rl``, the others
+  ``follow_rl`` (their share of each update, and of each gather rank 0 asks for).
 
 A rollout or verifier actor that dies is restarted by Ray and its call retried (``max_restarts``);
 a restarted rollout worker reloads the newest weights on its first call, and a step's prompts and
@@ -161,9 +164,33 @@ class TrainerWorker:
         role = cfg.scale.trainer
         worker_setup(cfg, role.threads, role.num_cpus)
 
-    def run(self, cfg: Any, roles: Roles, progress: bool, stop_after: int | None) -> Any:
-        from posttrain.scale.rollouts import RayRollouts
-        from posttrain.train.rl import train_rl
+    def address(self) -> tuple[str, int]:
+        """Where rank 0 of a sharded trainer listens: this node's address and a free port."""
+        import socket
 
-        return train_rl(cfg, progress=progress, stop_after=stop_after,
-                        source=lambda t, plan: RayRollouts(cfg, roles, t, plan))
+        import ray
+
+        with socket.socket() as s:
+            s.bind(("", 0))
+            return ray.util.get_node_ip_address(), s.getsockname()[1]
+
+    def run(self, cfg: Any, roles: Roles, progress: bool, stop_after: int | None, rank: int = 0,
+            address: tuple[str, int] | None = None) -> Any:
+        from posttrain.scale.rollouts import RayRollouts
+        from posttrain.scale.weight_sync import make_sync
+        from posttrain.train import sharding
+        from posttrain.train.rl import follow_rl, train_rl
+
+        tr = cfg.scale.trainer
+        if tr.count > 1:
+            assert address is not None
+            sharding.init(rank, tr.count, tr.resolved_backend(), *address, timeout_s=tr.timeout_s)
+        try:
+            if rank == 0:
+                return train_rl(cfg, progress=progress, stop_after=stop_after,
+                                source=lambda t, plan: RayRollouts(cfg, roles, t, plan))
+            sync = make_sync(cfg.scale.weight_sync, cfg.run_dir)
+            follow_rl(cfg, publish=sync.publish)
+            return None
+        finally:
+            sharding.close()

@@ -32,13 +32,19 @@ def chat_template_text() -> str:
     return (Path(__file__).resolve().parent.parent / "models" / "chat_template.jinja").read_text()
 
 
-def save_hf_model(model: Any, tokenizer: Any, out_dir: str | Path) -> None:
-    """Save a plain HF model directory; a peft model is merged into a copy first."""
+def save_hf_model(model: Any, tokenizer: Any, out_dir: str | Path, state_dict: dict[str, Any] | None = None) -> None:
+    """Save a plain HF model directory; a peft model is merged into a copy first. A sharded model
+    (``train/sharding.py``) is saved from its full state dict: ``state_dict`` when the caller has
+    gathered it, else every rank gathers it here (called on rank 0 alone)."""
+    from posttrain.train import sharding
+
     out = Path(out_dir)
     to_save = model
     if hasattr(model, "peft_config"):
         to_save = copy.deepcopy(model).merge_and_unload()  # merge on a copy: the live weights stay exact
-    to_save.save_pretrained(out, safe_serialization=True)
+    if state_dict is None and sharding.current() is not None:
+        state_dict = sharding.ask_full_state(model)[0]
+    to_save.save_pretrained(out, safe_serialization=True, state_dict=state_dict)
     tok = copy.copy(tokenizer)
     tok.chat_template = chat_template_text()
     if tok.eos_token != IM_END and IM_END in tok.get_vocab():
@@ -47,7 +53,8 @@ def save_hf_model(model: Any, tokenizer: Any, out_dir: str | Path) -> None:
 
 
 def save_checkpoint(run_dir: str | Path, step: int, model: Any, tokenizer: Any, state: dict[str, Any],
-                    keep_last: int = 2) -> Path:
+                    keep_last: int = 2, weights: dict[str, Any] | None = None) -> Path:
+    """``weights``: the full state dict of a sharded model (gathered by the caller)."""
     import torch
 
     ckpt_root = Path(run_dir) / "checkpoints"
@@ -55,7 +62,7 @@ def save_checkpoint(run_dir: str | Path, step: int, model: Any, tokenizer: Any, 
     final = ckpt_root / f"step_{step:06d}"
     tmp = Path(tempfile.mkdtemp(dir=ckpt_root, prefix=f".tmp_step_{step:06d}_"))
     try:
-        save_hf_model(model, tokenizer, tmp)
+        save_hf_model(model, tokenizer, tmp, weights)
         if hasattr(model, "peft_config"):
             model.save_pretrained(tmp / "adapter")
         torch.save({"step": step, **state}, tmp / STATE_FILE)

@@ -76,6 +76,8 @@ class StepBatch:
     micro: list[Any]  # micro-batches, in order; empty: nothing to train on this step (no update)
     metrics: dict[str, Any] = field(default_factory=dict)  # the stage's metrics of this step so far
     data: Any = None  # anything the stage wants back in ``end_step``
+    inputs: Any = None  # picklable, ``inputs.loss_inputs(model, micro)``: what the other ranks of a
+    # sharded trainer need to run their share (``train/sharding.py``); None: the stage runs unsharded only
 
 
 class Stage(Protocol):
@@ -124,6 +126,7 @@ class Trainer:
     resumed_from: Path | None = None
     resume_state: dict[str, Any] = field(default_factory=dict)  # the stage's state from the checkpoint
     precision: Any = None  # models.precision.Decision: what ran and why (logged with the first step)
+    ranks: Any = None  # sharding.Ranks in a sharded trainer (scale.trainer.count > 1), else None
 
     @property
     def run_dir(self) -> Path:
@@ -142,6 +145,10 @@ def setup(cfg: StageConfig, lora: LoRAConfig | None = None, freeze_routers: bool
     an adapter (its weights restored on resume). ``freeze_routers``: MoE router weights get no
     gradient (RL); the aux-loss-free biases still follow the load. ``numerics``: the stage kind
     (sft, rl, dpo) that ``precision: auto`` decides for (``models/precision.py``).
+
+    In a sharded trainer (``sharding.current()`` set) every rank loads the same model (or
+    checkpoint) and shards it before the optimizer is built; only rank 0 writes to the run
+    directory and reads the optimizer state, which reaches the other ranks' shards by broadcast.
     """
     import torch
 
@@ -150,13 +157,16 @@ def setup(cfg: StageConfig, lora: LoRAConfig | None = None, freeze_routers: bool
     from posttrain.train.checkpoint import latest_checkpoint, load_trainer_state, set_rng_state
     from posttrain.train.metrics import MetricsLogger, truncate_metrics
     from posttrain.models.precision import attention_for
+    from posttrain.train import sharding
     from posttrain.train.precision import autocast, decide_precision
 
-    run_dir, loop = Path(cfg.run_dir), cfg.train
+    run_dir, loop, ranks = Path(cfg.run_dir), cfg.train, sharding.current()
+    main = ranks is None or ranks.main
     if loop.threads:
         torch.set_num_threads(loop.threads)
     try:  # first thing: a run directory we cannot write fails before any model loads
-        save_config(cfg, run_dir)
+        if main:
+            save_config(cfg, run_dir)
     except OSError as e:
         raise RunDirError(f"cannot write the run directory {run_dir} ({_why(e)}): set run_dir= to a "
                           "writable directory") from None
@@ -172,7 +182,7 @@ def setup(cfg: StageConfig, lora: LoRAConfig | None = None, freeze_routers: bool
             model = AutoModelForCausalLM.from_pretrained(resume_from, dtype=model.dtype).to(device)
         if lora_on:
             model = _apply_lora(model, lora, resume_from)  # type: ignore[arg-type]
-        state = load_trainer_state(resume_from) if resume_from is not None else {}
+        state = load_trainer_state(resume_from) if resume_from is not None and main else {}
     except Exception as e:  # safetensors / torch.load / config errors of a damaged checkpoint
         if resume_from is None:
             raise
@@ -184,8 +194,11 @@ def setup(cfg: StageConfig, lora: LoRAConfig | None = None, freeze_routers: bool
     decision = decide_precision(loop.precision, str(device), numerics)  # type: ignore[arg-type]
     precision = decision.precision
     attention = attention_for(model, precision, str(device))
-    print(f"[{run_dir.name}] {decision.line()}" + (f"; {attention} attention" if attention else ""))
-    (run_dir / "precision.json").write_text(json.dumps(decision.metrics(), indent=1) + "\n")
+    if main:
+        print(f"[{run_dir.name}] {decision.line()}" + (f"; {attention} attention" if attention else ""))
+        (run_dir / "precision.json").write_text(json.dumps(decision.metrics(), indent=1) + "\n")
+    if ranks is not None:
+        sharding.shard_model(model, ranks)
 
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": cfg.optim.weight_decay},
@@ -193,15 +206,33 @@ def setup(cfg: StageConfig, lora: LoRAConfig | None = None, freeze_routers: bool
     opt = torch.optim.AdamW(groups, lr=cfg.optim.lr, betas=(cfg.optim.beta1, cfg.optim.beta2), eps=cfg.optim.eps)
     start = 0
     if resume_from is not None:
-        opt.load_state_dict(state.pop("optimizer"))
-        set_rng_state(state.pop("rng"))
-        start = state.pop("step")
-        print(f"[{run_dir.name}] resuming from {resume_from} (step {start}/{loop.steps})")
-    # drop the lines of steps that will be redone and any line torn by a full disk or a kill
-    truncate_metrics(run_dir, start if resume_from is not None else None)
-    log = MetricsLogger(run_dir, loop.tensorboard, loop.wandb_project, cfg.model_dump(mode="json"))  # type: ignore[attr-defined]
+        _load_optimizer(opt, state.pop("optimizer", {}), model, ranks, resume_from)
+        if main:
+            set_rng_state(state.pop("rng"))
+            start = state.pop("step")
+            print(f"[{run_dir.name}] resuming from {resume_from} (step {start}/{loop.steps})")
+    log = None
+    if main:  # drop the lines of steps that will be redone and any line torn by a full disk or a kill
+        truncate_metrics(run_dir, start if resume_from is not None else None)
+        log = MetricsLogger(run_dir, loop.tensorboard, loop.wandb_project, cfg.model_dump(mode="json"))  # type: ignore[attr-defined]
     return Trainer(cfg, model, tok, device, opt, params, lambda: autocast(precision, device), monitor, log,
-                   start, resume_from, state, decision)
+                   start, resume_from, state, decision, ranks)
+
+
+def _load_optimizer(opt: Any, state: dict[str, Any], model: Any, ranks: Any, ckpt: Path) -> None:
+    """A checkpoint's optimizer state: a one-process run's (keyed by index), or a sharded run's
+    full state (keyed by parameter name; rank 0 reads it, the other ranks get their shards)."""
+    from posttrain.train import sharding
+
+    by_name = ranks is not None and not ranks.main or any(isinstance(k, str) for k in state.get("state", {}))
+    if (ranks is not None) != by_name:
+        raise CheckpointError(f"cannot resume from {ckpt}: it was written by a "
+                              f"{'sharded' if by_name else 'single'} trainer (scale.trainer.count "
+                              f"{'> 1' if by_name else '= 1'}); resume it with the same trainer.count")
+    if ranks is None:
+        opt.load_state_dict(state)
+    else:
+        sharding.load_optimizer(model, opt, state)
 
 
 def _apply_lora(model: Any, cfg: LoRAConfig, resume_from: Path | None) -> Any:
@@ -239,6 +270,7 @@ def _run(t: Trainer, stage: Stage, loss_fn: Callable[[Any], Any], progress: bool
          ) -> dict[str, Any]:
     from tqdm.auto import tqdm
 
+    from posttrain.train import sharding
     from posttrain.train.schedule import wsd_lr_factor
 
     loop, optim = t.cfg.train, t.cfg.optim
@@ -257,6 +289,10 @@ def _run(t: Trainer, stage: Stage, loss_fn: Callable[[Any], Any], progress: bool
             g["lr"] = lr
         batch = stage.prepare(step)
         t1 = time.perf_counter()
+        if t.ranks is not None:  # the other ranks of a sharded trainer take their share of the update
+            if batch.inputs is None:
+                raise UserError(f"the {stage.name} stage cannot run on a sharded trainer: use scale.trainer.count=1")
+            sharding.send(("update", batch.micro, lr, batch.inputs))
         m = {**batch.metrics, **update(t, stage, batch.micro, loss_fn, step=step), "lr": lr}
         m.update(time_update_s=time.perf_counter() - t1, step_s=time.perf_counter() - t0)
         done = step + 1
@@ -277,6 +313,8 @@ def _run(t: Trainer, stage: Stage, loss_fn: Callable[[Any], Any], progress: bool
             os.kill(os.getpid(), signal.SIGKILL)
         if done == stop_after:
             break
+    if t.ranks is not None:
+        sharding.send(("stop",))
     bar.close()
     t.log.close()
     if t.monitor is not None:
@@ -290,7 +328,9 @@ def update(t: Trainer, stage: Stage, micro: list[Any], loss_fn: Callable[[Any], 
 
     Loss metrics are means over the tokens of the step (each micro-batch weighted by its mask);
     ``loss`` is the sum of the micro-batch losses, i.e. the step's loss when the loss is normalised
-    by the step's token count (``num_tokens``), as every registered loss is here. No micro-batch
+    by the step's token count (``num_tokens``), as every registered loss is here. In a sharded
+    trainer each rank runs its share (``sharding.share``; None: a pass with zero weight, so every
+    rank runs the same collectives) and the metrics' sums are added over the ranks. No micro-batch
     (every rollout filtered, no trainable token): no update, no bias move, ``update_skipped`` = 1.
     A non-finite loss or gradient norm raises :class:`TrainingDiverged` before the optimizer step,
     so the weights stay those of the last finite step.
@@ -298,6 +338,8 @@ def update(t: Trainer, stage: Stage, micro: list[Any], loss_fn: Callable[[Any], 
     import math
 
     import torch
+
+    from posttrain.train import sharding
 
     t.opt.zero_grad(set_to_none=True)
     if not micro:
@@ -309,28 +351,34 @@ def update(t: Trainer, stage: Stage, micro: list[Any], loss_fn: Callable[[Any], 
     sums: dict[str, float] = {}
     weight = loss_total = lb_total = 0.0
     loads: dict[str, Any] = {}
-    for mb in micro:
+    for mb in sharding.share(micro, t.ranks):
+        padding = mb is None  # this rank's share is short: the same passes as the others, no gradient
+        mb = next(m for m in micro if m is not None) if padding else mb
         with t.amp():
             x = stage.loss_inputs(t.model, mb)
             out = loss_fn(x)
-            loss = out.loss
+            loss = out.loss * 0.0 if padding else out.loss
             if lb_coef:  # a micro-batch of model inputs (a dict) gives its attention mask, if any
                 lb = t.monitor.load_balancing_loss(mb.get("attention_mask") if isinstance(mb, dict) else None)
                 loss = loss + lb_coef * lb / len(micro)
                 lb_total += float(lb.detach())
         loss.backward()
-        w = float(x.mask_BT.sum())
+        w = 0.0 if padding else float(x.mask_BT.sum())
         for k, v in out.metrics.items():
             sums[k] = sums.get(k, 0.0) + v * w
         weight += w
-        loss_total += float(out.loss.detach())
+        loss_total += 0.0 if padding else float(out.loss.detach())
         if t.monitor is not None:  # keep the expert load, drop the recorded graphs
             for name, load in t.monitor.observed_load().items():
                 loads[name] = loads.get(name, 0) + load
             t.monitor.clear()
+    if t.ranks is not None:
+        sums = sharding.all_reduce_sum({**sums, " weight": weight, " loss": loss_total})
+        weight, loss_total = sums.pop(" weight"), sums.pop(" loss")
     m: dict[str, Any] = {k: v / weight for k, v in sums.items()} if weight else {}
     m["loss"] = loss_total
-    m["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(t.params, t.cfg.optim.grad_clip))
+    norm = torch.nn.utils.clip_grad_norm_(t.params, t.cfg.optim.grad_clip)
+    m["grad_norm"] = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
     if not (math.isfinite(loss_total) and math.isfinite(m["grad_norm"])):
         t.opt.zero_grad(set_to_none=True)
         where = f"step {step + 1}" if step is not None else "this step"
@@ -378,16 +426,56 @@ def save(t: Trainer, step: int, stage: Stage) -> Path:
     """
     import torch
 
+    from posttrain.train import sharding
     from posttrain.train.checkpoint import rng_state, save_checkpoint
 
+    weights, optim = None, None  # sharded: full state dicts gathered by every rank, here on rank 0
+    if t.ranks is not None:
+        weights, optim = sharding.ask_full_state(t.model, t.opt)
     with torch.no_grad():
-        finite = all(bool(torch.isfinite(p).all()) for p in t.params)
+        finite = all(bool(torch.isfinite(p).all()) for p in (weights.values() if weights else t.params))
     if not finite:
         raise TrainingDiverged(f"step {step}: the weights are no longer finite after the update: training diverged; "
                                f"not saved ({_last_good(t)}); lower optim.lr (now {t.cfg.optim.lr:g}) and re-run")
-    state = {"optimizer": t.opt.state_dict(), "rng": rng_state(), **stage.state_dict()}
+    state = {"optimizer": optim if optim is not None else t.opt.state_dict(), "rng": rng_state(), **stage.state_dict()}
     try:
-        return save_checkpoint(t.run_dir, step, t.model, t.tokenizer, state, t.cfg.train.keep_last)
+        return save_checkpoint(t.run_dir, step, t.model, t.tokenizer, state, t.cfg.train.keep_last, weights)
     except Exception as e:  # OSError, or the writer's own wrapping of it (safetensors' SafetensorError)
         raise CheckpointError(f"cannot write the step {step} checkpoint in {t.run_dir / 'checkpoints'} ({_why(e)}); "
                               f"{_last_good(t)}: free disk space and re-run the same command to resume") from None
+
+
+@dataclass
+class _Share:
+    """A follower's stand-in for the stage: rank 0's step data, which turns a micro-batch into loss inputs."""
+
+    inputs: Any
+    name: str = "share"
+    balance_loss: bool = False  # sharded runs refuse MoE models (setup)
+
+    def loss_inputs(self, model: Any, micro: Any) -> Any:
+        return self.inputs.loss_inputs(model, micro)
+
+    def after_update(self) -> None:
+        pass  # rank 0 publishes; this rank takes part when it says so ("publish")
+
+
+def follow(t: Trainer, loss_fn: Callable[[Any], Any], publish: Callable[[Any, int], Any]) -> None:
+    """Ranks > 0 of a sharded trainer: do what rank 0 asks until it stops (``train/sharding.py``).
+
+    ``publish(model, version)``: this rank's half of the weight sync's gather."""
+    from posttrain.train import sharding
+
+    while True:
+        msg = sharding.send(None)
+        if msg[0] == "update":
+            _, micro, lr, inputs = msg
+            for g in t.opt.param_groups:
+                g["lr"] = lr
+            update(t, _Share(inputs), micro, loss_fn)
+        elif msg[0] == "state":
+            sharding.full_state(t.model, t.opt if msg[1] else None)
+        elif msg[0] == "publish":
+            publish(t.model, msg[1])
+        elif msg[0] == "stop":
+            return

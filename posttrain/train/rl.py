@@ -74,6 +74,7 @@ from posttrain.configs.rl import AlgoConfig, RLConfig
 from posttrain.errors import UserError
 from posttrain.episodes.collect import Rollout, Sampling, sampling_temperature
 from posttrain.train.loop import StepBatch, Trainer
+from posttrain.train.sharding import interleave
 
 # --------------------------------------------------------------------------- pieces of a step
 
@@ -191,9 +192,17 @@ def step_metrics(rollouts: list[Rollout], names: list[str]) -> dict[str, Any]:
 
 @dataclass
 class RLStep:
+    """A step's data after scoring: all a trainer rank needs to turn its micro-batches (row indices)
+    into loss inputs (picklable: rank 0 sends it to the other ranks of a sharded trainer)."""
+
     rollouts: list[Rollout]
     batch: Any
     advantages_BT: Any
+    pack: bool
+    pad_id: int
+
+    def loss_inputs(self, model: Any, idx: list[int]) -> Any:
+        return rl_loss_inputs(model, self.rollouts, self.batch, self.advantages_BT, idx, self.pack, self.pad_id)
 
 
 class RLStage:
@@ -295,17 +304,21 @@ class RLStage:
         t0 = time.perf_counter()
         batch, filt = filtered_batch(rollouts, self.cfg.algo)
         m.update(run_scorers(self.scorers, "signal", rollouts, batch), groups_dropped=filt["groups_dropped"])
-        self.current = RLStep(rollouts, batch, self.estimator(batch))
+        self.current = RLStep(rollouts, batch, self.estimator(batch), self.pack, self.t.pad_id)
         rows = trained_rows(batch, self.current.advantages_BT, self.skip)
-        micro = rl_micro_batches(rollouts, rows, self.cfg.train.micro_batch_tokens, self.pack)
+        # a sharded trainer: each rank an equal share of the rows (one share when not sharded); the
+        # loss divides by the whole step's tokens (num_tokens), so the ranks' gradients add up
+        n = self.t.ranks.world if self.t.ranks is not None else 1
+        cuts = [len(rows) * r // n for r in range(n + 1)]
+        micro = interleave([rl_micro_batches(rollouts, rows[a:b], self.cfg.train.micro_batch_tokens, self.pack)
+                            for a, b in zip(cuts, cuts[1:])])
         m.update(rollouts_trained=len(rows), tokens_in_batch=float(batch.mask_BT.sum()),
                  rollouts_zero_adv=int(batch.valid_B.sum()) - len(rows), time_score_s=time.perf_counter() - t0)
-        return StepBatch(micro, m)
+        return StepBatch(micro, m, inputs=self.current)
 
     def loss_inputs(self, model: Any, idx: list[int]) -> Any:
-        s = self.current
-        assert s is not None
-        return rl_loss_inputs(model, s.rollouts, s.batch, s.advantages_BT, idx, self.pack, self.t.pad_id)
+        assert self.current is not None
+        return self.current.loss_inputs(model, idx)
 
     def after_update(self) -> None:
         from posttrain.engines.registry import sync_weights
@@ -400,3 +413,14 @@ def train_rl(cfg: RLConfig, progress: bool = True, stop_after: int | None = None
             stage.source.close()
     return RLResult(t.run_dir, latest_checkpoint(t.run_dir), cfg.train.steps, stage.best.step, stage.best.val_reward,
                     time.time() - t_start, last)
+
+
+def follow_rl(cfg: RLConfig, publish: Any) -> None:
+    """Ranks > 0 of a sharded trainer (``scale.trainer.count`` > 1): the same model set-up as
+    :func:`train_rl`, then their share of every update and of every gather, as rank 0 asks
+    (``train/loop.py: follow``). ``publish(model, version)``: this rank's half of the weight sync."""
+    from posttrain.algos.losses import make_loss
+    from posttrain.train import loop
+
+    t = loop.setup(cfg, freeze_routers=True, numerics="rl")
+    loop.follow(t, make_loss(cfg.algo.loss, cfg.algo.loss_terms), publish)

@@ -39,7 +39,12 @@ def test_in_process_order_is_env_then_group_stable():
 
 @pytest.mark.parametrize("over, words", [
     (["scale.ahead=1"], "needs backend: ray"),
-    (["scale.backend=ray", "scale.trainer.count=2"], "one trainer actor"),
+    (["scale.trainer.count=2"], "needs backend: ray"),
+    (["scale.backend=ray", "scale.trainer.count=2", "scale.trainer.backend=nccl"], "nccl needs one GPU per trainer"),
+    (["scale.backend=ray", "scale.trainer.count=2", "scale.trainer.num_gpus=0.5"], "nccl needs one GPU per trainer"),
+    (["scale.backend=ray", "scale.trainer.backend=gloo", "scale.trainer.num_gpus=1"], "gloo shards CPU tensors"),
+    (["scale.backend=ray", "scale.trainer.backend=mpi"], "trainer.backend"),
+    (["scale.backend=ray", "scale.trainer.count=0"], "trainer.count"),
     (["scale.backend=ray", "scale.ahead=3", "scale.max_staleness=3", "scale.weight_sync={type: checkpoint, keep: 2}"],
      "must exceed ahead"),
     (["scale.weight_sync={type: nccl, master_prot: 1}"], "master_prot"),
@@ -48,6 +53,46 @@ def test_in_process_order_is_env_then_group_stable():
 def test_scale_config_errors_name_the_field(over, words):
     with pytest.raises(ConfigError, match=words):
         load_config(RLConfig, None, over)
+
+
+def test_sharded_trainer_backend_follows_the_gpus():
+    cpu = load_config(RLConfig, None, ["scale.backend=ray", "scale.trainer.count=2"]).scale.trainer
+    gpu = load_config(RLConfig, None, ["scale.backend=ray", "scale.trainer.count=4", "scale.trainer.num_gpus=1"])
+    assert cpu.resolved_backend() == "gloo" and gpu.scale.trainer.resolved_backend() == "nccl"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without a GPU")
+def test_nccl_trainer_without_a_gpu_is_one_line():
+    from posttrain.errors import UserError
+    from posttrain.train import sharding
+
+    with pytest.raises(UserError, match="nccl needs a CUDA GPU") as e:
+        sharding.init(0, 2, "nccl", "127.0.0.1", 1, timeout_s=1)
+    assert "\n" not in str(e.value) and sharding.current() is None
+
+
+def test_sharded_trainer_refuses_moe_models(tmp_path, monkeypatch):
+    from posttrain.errors import UserError
+    from posttrain.train import loop, sharding
+
+    monkeypatch.setattr(sharding, "_CURRENT", sharding.Ranks(0, 2, "cpu"))  # as if rank 0 of two
+    cfg = load_config(RLConfig, None, ["model=tiny-nemotronh", f"run_dir={tmp_path}"])
+    with pytest.raises(UserError, match="shards dense models without LoRA; this run has MoE routers"):
+        loop.setup(cfg, freeze_routers=True, numerics="rl")
+
+
+def test_optimizer_state_of_another_trainer_count_is_refused(tmp_path):
+    from posttrain.train.loop import CheckpointError, _load_optimizer
+    from posttrain.train.sharding import Ranks
+
+    model = build_tiny("tiny-llama", seed=0)
+    opt = torch.optim.AdamW(model.parameters())
+    one = {"state": {0: {}}, "param_groups": []}  # a one-process optimizer: keyed by index
+    with pytest.raises(CheckpointError, match="written by a single trainer.*same trainer.count"):
+        _load_optimizer(opt, one, model, Ranks(0, 2, "cpu"), tmp_path)
+    sharded = {"state": {"model.embed_tokens.weight": {}}, "param_groups": []}
+    with pytest.raises(CheckpointError, match="written by a sharded trainer"):
+        _load_optimizer(opt, sharded, model, None, tmp_path)
 
 
 def test_same_recipe_switches_backend_by_one_key():
@@ -94,6 +139,8 @@ def test_gpu_recipes_validate_and_say_untested(recipe):
     cfg = load_config(RLConfig, recipe, [])
     assert cfg.scale.backend == "ray" and cfg.rollout.engine.type == "vllm" and cfg.scale.weight_sync.type == "nccl"
     assert cfg.scale.rollout.num_gpus == 1 and cfg.scale.trainer.num_gpus == 1
+    assert cfg.scale.trainer.count > 1 and cfg.scale.trainer.resolved_backend() == "nccl"  # FSDP2 over GPUs
+    assert "What did run, on CPUs: the sharded trainer" in text
 
 
 def test_stages_without_ray_support_refuse_backend_ray(tmp_path):
