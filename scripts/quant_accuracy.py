@@ -33,6 +33,7 @@ import argparse
 import json
 import math
 import random
+import re
 import sys
 import time
 from pathlib import Path
@@ -100,6 +101,16 @@ def load_of(paths: str, mode: str) -> list[float] | None:
     return None
 
 
+def by_digits(scores: dict[str, float]) -> dict[str, float]:
+    """Accuracy per operand size, read from the ``arithmetic`` task ids (``arith-<a><op><b>``)."""
+    groups: dict[str, list[float]] = {}
+    for task_id, x in scores.items():
+        m = re.fullmatch(r"arith-(\d+)[-+*](\d+)", task_id)
+        if m:
+            groups.setdefault(str(max(len(m[1]), len(m[2]))), []).append(x)
+    return {d: sum(v) / len(v) for d, v in sorted(groups.items())}
+
+
 def accuracy_se(scores: list[float], binary: bool) -> float:
     n = len(scores)
     p = sum(scores) / n
@@ -141,7 +152,7 @@ def compare(base_path: str, others: list[tuple[str, str]]) -> list[dict[str, Any
         b = [b_map[i] for i in ids]
         binary = mode == "greedy"
         rows.append({"mode": mode, "model": "bf16", "n": len(ids), "accuracy": sum(b) / len(b),
-                     "se": accuracy_se(b, binary), "seconds": seconds_of(base_path).get(mode),
+                     "se": accuracy_se(b, binary), "by_digits": by_digits(b_map), "seconds": seconds_of(base_path).get(mode),
                      "load": load_of(base_path, mode)})
         for name, path in others:
             o_map = per_task(path).get(mode)
@@ -153,7 +164,7 @@ def compare(base_path: str, others: list[tuple[str, str]]) -> list[dict[str, Any
             g = paired_gain(b_map, o_map)
             lo, hi = ratio_bootstrap(a, b)
             rows.append({"mode": mode, "model": name, "n": len(ids), "accuracy": g.after, "se": accuracy_se(a, binary),
-                         "diff": g.gain, "diff_se": g.se, "gained": g.gained, "lost": g.lost,
+                         "by_digits": by_digits(o_map), "diff": g.gain, "diff_se": g.se, "gained": g.gained, "lost": g.lost,
                          "recovery": g.after / g.before, "recovery_se": ratio_delta_se(a, b),
                          "recovery_ci95": [lo, hi], "seconds": seconds_of(path).get(mode), "load": load_of(path, mode)})
     return rows
@@ -164,21 +175,22 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     for mode in dict.fromkeys(r["mode"] for r in rows):
         lines += [f"**{mode}** ({rows[0]['n']} problems)", "",
                   ("| model | accuracy ± se | Δ vs BF16 ± paired se (points) | gained / lost | "
-                   "recovery FP8/BF16 ± delta se | paired bootstrap 95% | eval wall s (load) |"),
-                  "|---|---:|---:|---:|---:|---:|---:|"]
+                   "recovery FP8/BF16 ± delta se | paired bootstrap 95% | by operand digits | eval wall s (load) |"),
+                  "|---|---:|---:|---:|---:|---:|---|---:|"]
         for r in rows:
             if r["mode"] != mode:
                 continue
             load = f"{r['load'][0]:.1f}→{r['load'][1]:.1f}" if r.get("load") else "?"
             wall = f"{r['seconds']:.0f} ({load})" if r.get("seconds") else "?"
+            digits = " ".join(f"{d}: {100 * x:.0f}%" for d, x in r["by_digits"].items())
             if r["model"] == "bf16":
-                lines.append(f"| BF16 | {100 * r['accuracy']:.1f}% ± {100 * r['se']:.1f} | — | — | — | — | {wall} |")
+                lines.append(f"| BF16 | {100 * r['accuracy']:.1f}% ± {100 * r['se']:.1f} | — | — | — | — | {digits} | {wall} |")
                 continue
             lo, hi = r["recovery_ci95"]
             lines.append(f"| {r['model']} | {100 * r['accuracy']:.1f}% ± {100 * r['se']:.1f} | "
                          f"{100 * r['diff']:+.1f} ± {100 * r['diff_se']:.1f} | {r['gained']} / {r['lost']} | "
                          f"{100 * r['recovery']:.1f}% ± {100 * r['recovery_se']:.1f} | "
-                         f"{100 * lo:.1f}–{100 * hi:.1f}% | {wall} |")
+                         f"{100 * lo:.1f}–{100 * hi:.1f}% | {digits} | {wall} |")
         lines.append("")
     lines.append("One environment (`arithmetic`): the median recovery over environments is this "
                  "environment's recovery.")
