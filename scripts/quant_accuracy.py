@@ -197,6 +197,18 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def export_reports(root: str | None, names: list[str]) -> dict[str, Any]:
+    keep = ("calibration_texts", "calibration_tokens", "seconds_calibrate", "calibration_scales_reused",
+            "seconds_search", "seconds_export", "checkpoint_bytes", "bf16_bytes", "bf16_heldout", "fp8_heldout")
+    out = {}
+    for name in names:
+        f = Path(root or "-") / name / "quant_report.json"
+        if root and f.exists():
+            rep = json.loads(f.read_text())
+            out[name] = {k: rep[k] for k in keep if k in rep} | {"bf16_units": rep["plan"].get("bf16_units")}
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("base", help="posttrain eval --out JSON of the BF16 reference")
@@ -205,6 +217,9 @@ def main() -> int:
     ap.add_argument("--md", help="also write the table here")
     ap.add_argument("--json", help="also write the rows here")
     ap.add_argument("--bench-row", action="store_true", help="append to bench/results/quant_accuracy.jsonl")
+    ap.add_argument("--exports", metavar="DIR",
+                    help="with --bench-row: DIR/<NAME>/quant_report.json of each model goes into the row "
+                         "(calibration and search seconds, checkpoint size, held-out loss / KL)")
     args = ap.parse_args()
     others = []
     for item in args.others:
@@ -227,7 +242,7 @@ def main() -> int:
         append_row(ROOT / "bench" / "results" / "quant_accuracy.jsonl",
                    {"time": time.time(), "commit": commit(), "base": args.base, "others": dict(others),
                     "machine": machine(min(loads) if loads else -1.0, max(loads) if loads else -1.0, threads=1),
-                    "rows": rows})
+                    "rows": rows, "exports": export_reports(args.exports, ["bf16"] + [n for n, _ in others])})
         greedy = [r for r in rows if r["mode"] == "greedy" and r["model"] not in ("bf16", "fp32")]
         best = max(greedy, key=lambda r: r["recovery"])
         worst = min(greedy, key=lambda r: r["recovery"])

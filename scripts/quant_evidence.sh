@@ -107,5 +107,5 @@ if on accuracy; then
   # PIPE_MEASURE: the pipeline's stage JSON that measured $SFT in float32 (runs/<pipeline>/stages/after*.json)
   python scripts/quant_accuracy.py $(arg bf16) ${PIPE_MEASURE:+fp32=$PIPE_MEASURE} \
       $(for m in all recipe searched all_kv recipe_nokv; do echo $m=$(arg $m); done) \
-      --md $A/accuracy.md --json $A/accuracy.json --bench-row | tee $A/accuracy.log
+      --md $A/accuracy.md --json $A/accuracy.json --bench-row --exports $A | tee $A/accuracy.log
 fi
