@@ -2,7 +2,7 @@
 # Evidence for issue 14 (docs/results/quantization.md): FP8 PTQ of the embedded model and of the
 # tiny NemotronH, one thread, 1,024 calibration texts. Outputs in runs/quant_evidence/ (weights:
 # never committed); the small tables / plots the doc shows are copied to docs/results/.
-#   bash scripts/quant_evidence.sh [embedded|nemotronh|vllm|bench|heldout|transformers|all]
+#   bash scripts/quant_evidence.sh [embedded|nemotronh|vllm|bench|heldout|transformers|accuracy|all]
 # One calibration pass per (model, calibration source) is shared by every policy
 # (calibration.scales=FILE); the generic pass of the embedded model is the bench's.
 set -euo pipefail
@@ -72,4 +72,40 @@ fi
 if on transformers; then
   # (d) needs compressed-tensors (the [quant] extra, installed by make setup)
   python scripts/quant_transformers_check.py $E/all $N/all $N/recipe | tee $R/transformers_check.log
+fi
+
+if on accuracy; then
+  # (a) environment accuracy on a model that scores: the pipeline's SFT checkpoint (SmolLM2-135M after
+  # `posttrain pipeline` SFT), the exports the field's engine runs here (dynamic per-token activations,
+  # per-channel weights), one 1,024-text calibration pass on the pipeline's SFT data (KV scales), a
+  # sensitivity search on this checkpoint; then `posttrain eval` on the pipeline's 200 held-out
+  # problems (arithmetic env, validation split, seed 2 = the pipeline's measure(), reasoning on,
+  # 80 new tokens, batch 32), greedy + sampled avg@4 at t=0.7, and the paired table.
+  A=$R/accuracy; SFT=${SFT_CKPT:-/work/ckpt/pipeline_sft_s0}; mkdir -p $A/eval
+  QA="threads=1 weights=channel activations=dynamic calibration.data=[$R/arith.jsonl] calibration.samples=1024
+      calibration.max_seq_len=128 search.samples=16 calibration.scales=$A/scales_sft.safetensors"
+  $PT quantize --model $SFT --out $A/all --search $QA policy.type=all > $A/all.log
+  $PT quantize --model $SFT --out $A/recipe $QA policy.type=recipe > $A/recipe.log
+  $PT quantize --model $SFT --out $A/searched $QA policy.type=searched \
+      policy.ranking=$A/all-search/sensitivity.json policy.budget_params=recipe kv_cache=on > $A/searched.log
+  $PT quantize --model $SFT --out $A/all_kv $QA policy.type=all kv_cache=on > $A/all_kv.log
+  $PT quantize --model $SFT --out $A/recipe_nokv $QA policy.type=recipe kv_cache=off > $A/recipe_nokv.log
+  $PT quantize --model $SFT --out $A/bf16 $QA policy.type=none > $A/bf16.log   # the BF16 reference
+  cp $A/all-search/sensitivity.png docs/results/quant_sensitivity_sft.png
+  cp $A/all-search/sensitivity.md docs/results/quant_sensitivity_sft.md
+  # greedy for every model first, then sampled avg@4 (t=0.7, sampling seed 2); ACC_SAMPLED="" skips it
+  ev() {  # model, output name, extra eval args
+    local l0; l0=$(cut -d' ' -f1 /proc/loadavg)
+    $PT eval --env arithmetic --model $A/$1 --split validation --n 200 --seed 2 --max-new-tokens 80 \
+        --batch-size 32 --threads 1 --no-progress "${@:3}" --out $A/eval/$2.json > $A/eval/$2.log
+    echo "$l0 $(cut -d' ' -f1 /proc/loadavg)" > $A/eval/$2.load
+  }
+  MODELS="bf16 all recipe searched all_kv recipe_nokv"
+  for m in $MODELS; do ev $m $m; done
+  for m in ${ACC_SAMPLED-bf16 recipe all_kv searched all recipe_nokv}; do ev $m ${m}_s4 --k 4 --temperature 0.7; done
+  arg() { local f=$A/eval/$1.json; [ -f $A/eval/$1_s4.json ] && f=$f,$A/eval/$1_s4.json; echo $f; }
+  # PIPE_MEASURE: the pipeline's stage JSON that measured $SFT in float32 (runs/<pipeline>/stages/after*.json)
+  python scripts/quant_accuracy.py $(arg bf16) ${PIPE_MEASURE:+fp32=$PIPE_MEASURE} \
+      $(for m in all recipe searched all_kv recipe_nokv; do echo $m=$(arg $m); done) \
+      --md $A/accuracy.md --json $A/accuracy.json --bench-row --exports $A | tee $A/accuracy.log
 fi
