@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_vllm_engine import ROOT
+from test_vllm_engine import ROOT, _venv_built  # noqa: F401  (its skips, and under CI its failure without the venv)
 
 pytestmark = pytest.mark.vllm
 

@@ -205,7 +205,8 @@ def test_gpu_roles_on_a_cluster_without_gpus_are_one_line(tmp_path):
     from posttrain.errors import UserError
 
     if ray_has_gpus():
-        pytest.skip("this Ray cluster has GPUs")
+        pytest.skip("the one-line error is for a Ray cluster without GPUs; this one has GPUs, where the "
+                    "actors are placed and nothing is refused")
     cfg = _cfg(tmp_path, "scale.backend=ray", "scale.trainer.count=2", "scale.trainer.num_gpus=1")
     assert cfg.scale.trainer.resolved_backend() == "nccl"
     with pytest.raises(UserError, match="ask for 2 GPUs .* this Ray cluster has none") as e:

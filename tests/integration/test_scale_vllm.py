@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from test_vllm_engine import VENV_PY, tiny_policy  # noqa: E402  (skips this module where that one skips)
+from test_vllm_engine import VENV_PY, _venv_built, tiny_policy  # noqa: E402,F401  (skips this module where that one skips; fails under CI without the venv)
 
 import tests.integration.scale_env  # noqa: F401
 from posttrain.configs import load_config

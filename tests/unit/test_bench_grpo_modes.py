@@ -3,24 +3,17 @@ those with a non-zero advantage (tiny model; TRL is not needed for this)."""
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
-
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from tests.script_module import script_module
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
 def grpo_bench():
-    sys.path.insert(0, str(BENCH))
-    try:
-        yield importlib.import_module("grpo_vs_trl")
-    finally:
-        sys.path.remove(str(BENCH))
+    with script_module("bench", "grpo_vs_trl") as m:
+        yield m
 
 
 def test_equal_work_trains_every_rollout_and_skip_mode_only_informative_ones(grpo_bench, tmp_path):

@@ -2,27 +2,21 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 
 from posttrain.eval.evaluate import EvalResult, SampleResult, TaskResult
 from posttrain.eval.report import write_json
-
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+from tests.script_module import script_module
 
 
 @pytest.fixture(scope="module")
 def qa():
-    sys.path.insert(0, str(SCRIPTS))
-    try:
-        yield importlib.import_module("quant_accuracy")
-    finally:
-        sys.path.remove(str(SCRIPTS))
+    with script_module("scripts", "quant_accuracy") as m:
+        yield m
 
 
 def test_ratio_delta_se_by_hand(qa):
