@@ -26,10 +26,6 @@ build() {
     echo "NeMo Gym virtualenv built at $VENV in $(( $(date +%s) - start )) s ($GYM)"
 }
 
-if build >"$LOG" 2>&1; then
-    tail -n 1 "$LOG"
-else
-    echo "NeMo Gym virtualenv NOT built (the Gym tests will say why): $(tail -n 3 "$LOG" | tr '\n' ' ')"
-    rm -rf "$VENV"
-fi
+. "$ROOT/tests/venv_build.sh"
+build_and_report "NeMo Gym"
 exit 0

@@ -43,10 +43,6 @@ build() {
     echo "vLLM virtualenv built at $VENV in $(( $(date +%s) - start )) s ($VLLM)"
 }
 
-if build >"$LOG" 2>&1; then
-    tail -n 1 "$LOG"
-else
-    echo "vLLM virtualenv NOT built (the vLLM tests will say why): $(tail -n 3 "$LOG" | tr '\n' ' ')"
-    rm -rf "$VENV"
-fi
+. "$ROOT/tests/venv_build.sh"
+build_and_report "vLLM"
 exit 0
