@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import subprocess
@@ -35,7 +34,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from results_row import append_row  # bench/results_row.py (sys.path[0] is bench/ when run)
+from results_row import append_row, mean_se  # bench/results_row.py (sys.path[0] is bench/ when run)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "ab_versions.jsonl"
@@ -79,12 +78,6 @@ def run(tree: Path, kind: str, steps: int) -> dict[str, float]:
     out = subprocess.run([sys.executable, "-c", CHILD, str(tree), kind, str(steps)], env=env, check=True,
                          capture_output=True, text=True, cwd=tree)
     return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def mean_se(xs: list[float]) -> tuple[float, float]:
-    m = sum(xs) / len(xs)
-    se = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1) / len(xs)) if len(xs) > 1 else float("nan")
-    return m, se
 
 
 def main() -> int:

@@ -1,4 +1,5 @@
-"""How every bench records a result: one JSON line appended to ``bench/results/<name>.jsonl``."""
+"""How every bench records a result: one JSON line appended to ``bench/results/<name>.jsonl`` (and
+the mean ± standard error the benches report repeated timings with)."""
 
 from __future__ import annotations
 
@@ -36,3 +37,10 @@ def machine(load_before: float, load_after: float, **extra: Any) -> dict[str, An
 
     return {"cores": os.cpu_count(), "cpu": platform.processor() or platform.machine(),
             "load_before": load_before, "load_after": load_after, **extra}
+
+
+def mean_se(xs: list[float]) -> tuple[float, float]:
+    """Mean and standard error of repeated measurements (nan se for a single one)."""
+    import statistics
+
+    return statistics.fmean(xs), (statistics.stdev(xs) / len(xs) ** 0.5 if len(xs) > 1 else float("nan"))

@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import socket
-import statistics
 import sys
 import tempfile
 import time
@@ -34,7 +33,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from results_row import append_row, commit, machine  # noqa: E402  bench/results_row.py
+from results_row import append_row, commit, machine, mean_se  # noqa: E402  bench/results_row.py
 
 RESULTS = ROOT / "bench" / "results" / "sharded_trainer.jsonl"
 
@@ -131,10 +130,6 @@ def measure(model: str, world: int, args) -> dict:
         ranks = [json.loads(Path(f"{out}.{r}").read_text()) for r in range(world)]
     return {"bytes_per_rank": [r["bytes"] for r in ranks], "update_s": ranks[0]["update_s"][1:],
             "loss": ranks[0]["loss"], "grad_norm": ranks[0]["grad_norm"]}
-
-
-def mean_se(xs: list[float]) -> tuple[float, float]:
-    return statistics.fmean(xs), (statistics.stdev(xs) / len(xs) ** 0.5 if len(xs) > 1 else float("nan"))
 
 
 def torch_part(args) -> list[str]:

@@ -45,6 +45,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from posttrain.eval.compare import paired_gain
 from posttrain.eval.report import load_results
+from posttrain.experiments.pipeline_report import binomial_se
 
 
 def per_task(paths: str) -> dict[str, dict[str, float]]:
@@ -112,10 +113,11 @@ def by_digits(scores: dict[str, float]) -> dict[str, float]:
 
 
 def accuracy_se(scores: list[float], binary: bool) -> float:
+    """Greedy (0/1 scores): the binomial se the pipeline reports; sampled: the se of the per-task avg@k."""
     n = len(scores)
     p = sum(scores) / n
     if binary:
-        return math.sqrt(p * (1 - p) / n)
+        return binomial_se(p, n)
     return math.sqrt(sum((x - p) ** 2 for x in scores) / (n - 1) / n)
 
 

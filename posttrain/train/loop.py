@@ -224,7 +224,9 @@ def _load_optimizer(opt: Any, state: dict[str, Any], model: Any, ranks: Any, ckp
     full state (keyed by parameter name; rank 0 reads it, the other ranks get their shards)."""
     from posttrain.train import sharding
 
-    by_name = ranks is not None and not ranks.main or any(isinstance(k, str) for k in state.get("state", {}))
+    # a follower rank has no state of its own (rank 0's reaches it by broadcast): it counts as by-name
+    follower = ranks is not None and not ranks.main
+    by_name = follower or any(isinstance(k, str) for k in state.get("state", {}))
     if (ranks is not None) != by_name:
         raise CheckpointError(f"cannot resume from {ckpt}: it was written by a "
                               f"{'sharded' if by_name else 'single'} trainer (scale.trainer.count "
