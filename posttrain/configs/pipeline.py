@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, model_validator
 
 from posttrain.configs.base import StrictModel
@@ -42,7 +44,16 @@ class PipelineConfig(StrictModel):
     rl_temperature: float = Field(1.0, gt=0)
     """Sampling temperature of the RLVR stage's rollouts."""
     rl_arith_train_tasks: int = Field(1000, ge=1)
-    """The RLVR stage's training pool (arithmetic train split, sampled uniformly)."""
+    """The RLVR stage's arithmetic training pool (arithmetic train split, sampled uniformly)."""
+    rl_mix: dict[Literal["arithmetic", "math", "mcq", "instruction"], float] = Field(
+        default_factory=lambda: {"arithmetic": 1.0})
+    """Domains of the RLVR stage and their sampling ratios. ``arithmetic`` is the pipeline's own
+    problems (the distribution its held-out accuracy measures); ``math``, ``mcq``, ``instruction``
+    are the three-domain runs' environments (``RL_DOMAINS`` in experiments/pipeline.py), each with
+    ``rl_mix_train_tasks`` training tasks. Every listed domain is validated (``rl_val_tasks`` each);
+    a ratio of 0 validates without training."""
+    rl_mix_train_tasks: int = Field(200, ge=1)
+    """Training pool per non-arithmetic domain of the RLVR stage."""
     rl_mix_lr: float = Field(1e-5, gt=0)
     """Constant learning rate of the three-domain runs (distill specialists, MOPD, GenRM, RLHF)."""
     rl_val_tasks: int = Field(32, ge=1)
@@ -83,6 +94,11 @@ class PipelineConfig(StrictModel):
     def _arm_needs_rl(self) -> "PipelineConfig":
         if self.sft_arm and not self.rlvr:
             raise ValueError("sft_arm: the longer-SFT arm runs for the RLVR stage's wall time; it needs rlvr=true")
+        if self.rlvr and not any(r > 0 for r in self.rl_mix.values()):
+            raise ValueError(f"rl_mix: {self.rl_mix}: no domain with a ratio > 0 for the RLVR stage to train on "
+                             "(or pass --no-rlvr)")
+        if any(r < 0 for r in self.rl_mix.values()):
+            raise ValueError(f"rl_mix: {self.rl_mix}: ratios must be >= 0")
         return self
 
 QUICK = {"n_train": 400, "n_eval": 96, "n_val_rows": 24, "sft_steps": 24, "sft_batch_size": 16,

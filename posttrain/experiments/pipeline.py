@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from posttrain.configs.pipeline import QUICK, PipelineConfig
-from posttrain.experiments.pipeline_report import binomial_se, columns
+from posttrain.experiments.pipeline_report import binomial_se, columns, validation_gains
 from posttrain.experiments.stages import cached_stage, make_data, measure, run_sft
 
 
@@ -75,12 +75,20 @@ def mix_envs(cfg: PipelineConfig, ratios: dict[str, float]) -> list[dict[str, An
              "val_tasks": cfg.rl_val_tasks} for name, args in RL_DOMAINS.items()]
 
 
-def arithmetic_envs(cfg: PipelineConfig) -> list[dict[str, Any]]:
-    """The RLVR stage's environment: the pipeline's own arithmetic problems (envs/arithmetic.py), the
-    distribution its held-out accuracy measures, from the train split (the held-out problems are in
-    the validation split by construction)."""
-    return [{"name": "arithmetic", "args": {"max_digits": cfg.max_digits}, "ratio": 1.0,
-             "train_tasks": cfg.rl_arith_train_tasks, "task_seed": cfg.seed, "val_tasks": cfg.rl_val_tasks}]
+def rlvr_envs(cfg: PipelineConfig) -> list[dict[str, Any]]:
+    """The RLVR stage's environments (``cfg.rl_mix``): ``arithmetic`` is the pipeline's own problems
+    (envs/arithmetic.py), the distribution its held-out accuracy measures, from the train split (the
+    held-out problems are in the validation split by construction); the other domains are the
+    three-domain runs' environments. Every domain is validated on ``rl_val_tasks`` held-out tasks."""
+    envs = []
+    for name, ratio in cfg.rl_mix.items():
+        if name == "arithmetic":
+            envs.append({"name": "arithmetic", "args": {"max_digits": cfg.max_digits}, "ratio": ratio,
+                         "train_tasks": cfg.rl_arith_train_tasks, "task_seed": cfg.seed, "val_tasks": cfg.rl_val_tasks})
+        else:
+            envs.append({"name": name, "args": RL_DOMAINS[name], "ratio": ratio, "train_tasks": cfg.rl_mix_train_tasks,
+                         "task_seed": cfg.seed, "val_tasks": cfg.rl_val_tasks})
+    return envs
 
 
 def rl_overrides(cfg: PipelineConfig, out_dir: Path, model: str, steps: int, envs: list[dict[str, Any]],
@@ -140,21 +148,6 @@ def run_rl(cfg: PipelineConfig, out_dir: Path, model: str, steps: int, envs: lis
             "val_gains": validation_gains(out_dir, res.steps),
             "best_step": res.best_step, "best_val_reward": res.best_val_reward,
             "rewards_png": str(out_dir / "rewards.png")}
-
-
-def validation_gains(out_dir: Path, step: int) -> dict[str, dict[str, Any]]:
-    """Per domain, the paired gain ± paired standard error of an RL run's greedy validation at
-    ``step`` over step 0, task by task from the run's own records (as ``posttrain validate
-    --against`` computes it); empty when the records are missing."""
-    from dataclasses import asdict
-
-    from posttrain.eval.compare import paired_gain, read_task_rewards
-
-    first, last = (out_dir / "validation" / f"step_{s:06d}.jsonl" for s in (0, step))
-    if step == 0 or not (first.is_file() and last.is_file()):
-        return {}
-    a, b = read_task_rewards(first), read_task_rewards(last)
-    return {env: asdict(paired_gain(a[env], b[env])) for env in b if env in a}
 
 
 def run_distill(cfg: PipelineConfig, run_dir: Path, sft: dict[str, Any]) -> dict[str, Any]:
@@ -282,11 +275,19 @@ def report(run_dir: Path, before: dict[str, Any], after: dict[str, Any], sft: di
     if rl:
         lines += ["", f"  RLVR held-out validation reward (greedy, {rl['val_tasks']} tasks per domain), "
                       f"step 0 → {rl['steps']}:"]
+        gains_rl = rl.get("val_gains", {})
         for dom, start in rl["val_start"].items():
-            g = rl.get("val_gains", {}).get(dom)
+            g = gains_rl.get("all" if dom == "mean" else dom)  # the mean's gain: every task pooled
             paired = f"   gain {_gain(g)}" if g else ""
             lines.append(f"    {dom:14s} {start:6.3f} → {rl['val_end'].get(dom, float('nan')):6.3f}{paired}")
         lines.append(f"  RL curves: {rl['rewards_png']}")
+        arm_val = (arm or {}).get("rl_validation")
+        if arm_val:
+            lines += ["", "  the same RLVR validation tasks: longer SFT vs RL (RL − longer SFT, paired):"]
+            for dom, v in arm_val["val"].items():
+                g = arm_val["rl_minus_arm"].get("all" if dom == "mean" else dom)
+                lines.append(f"    {dom:14s} longer SFT {v:6.3f}   RL {rl['val_end'].get(dom, float('nan')):6.3f}"
+                             + (f"   RL − longer SFT {_gain(g)}" if g else ""))
     lines += [
         "",
         f"  {n} held-out problems; total time {total_s / 60:.1f} min; report in {run_dir}/report.md",
@@ -389,7 +390,7 @@ def distill_report(run_dir: Path, runs: dict[str, dict[str, Any]], rl: dict[str,
     student = runs["student"]
     cols = {"base (SFT)": student["val_start"], "math_rl": runs["math"]["val_end"],
             "instruction_rl": runs["instruction"]["val_end"]}
-    if rl and set(rl["val_end"]) & (set(student["val_start"]) - {"mean"}):  # an RLVR run on the same domains
+    if rl and set(student["val_start"]) <= set(rl["val_end"]):  # an RLVR run validated on the same domains
         cols["RLVR mix"] = rl["val_end"]
     cols["MOPD student"] = student["val_end"]
     nan = float("nan")
@@ -496,11 +497,14 @@ def _run(cfg: PipelineConfig, run_dir: Path, command: str) -> int:
     rl = after_rl = arm = after_arm = None
     if cfg.rlvr:
         rl = cached_stage(run_dir, "rlvr", lambda: run_rl(cfg, run_dir / "rl", sft["checkpoint"], cfg.rl_steps,
-                                                     arithmetic_envs(cfg), rlvr_stage=True))
+                                                     rlvr_envs(cfg), rlvr_stage=True))
         after_rl = cached_stage(run_dir, "after_rl", lambda: measure(cfg, rl["checkpoint"], data))
         if cfg.sft_arm:
             arm = cached_stage(run_dir, "sft_arm", lambda: run_sft_arm(cfg, run_dir, data, sft, rl))
             after_arm = cached_stage(run_dir, "after_sft_arm", lambda: measure(cfg, arm["checkpoint"], data))
+            arm_val = cached_stage(run_dir, "sft_arm_rl_validation",
+                                   lambda: validate_as_rl(Path(rl["run_dir"]), arm["checkpoint"], run_dir / "sft_arm"))
+            arm["rl_validation"] = arm_val
     print(report(run_dir, before, after, sft, time.time() - t0, rl, after_rl, arm, after_arm))
     sections: dict[str, str] = {}
     if cfg.distill:
@@ -531,6 +535,26 @@ def run_sft_arm(cfg: PipelineConfig, run_dir: Path, data: dict[str, Any], sft: d
     steps = max(1, round(rl["seconds"] / pace))
     out = run_sft(cfg, run_dir, data, model=sft["checkpoint"], steps=steps, name="sft_arm", seed=cfg.seed + 1)
     return {**out, "target_seconds": rl["seconds"], "sft_seconds_per_step": round(pace, 2)}
+
+
+def validate_as_rl(rl_dir: Path, model: str, out_dir: Path) -> dict[str, Any]:
+    """Score ``model`` on the RL run's own validation tasks, as the run scores itself (greedy, same
+    environments, prompts and token limit; ``posttrain validate -c <rl_dir>/config.yaml``), and its
+    paired gains against the RL run's last step: the longer-SFT arm on the RL stage's held-out set."""
+    from posttrain.configs import load_config
+    from posttrain.configs.rl import RLConfig
+    from posttrain.engines.hf import HFGenerator
+    from posttrain.envs.build import build_envs
+    from posttrain.train.validation import validate
+
+    rl_cfg = load_config(RLConfig, rl_dir / "config.yaml", [])
+    records = out_dir / "rl_validation.jsonl"
+    scores = validate(HFGenerator.from_spec(model, batch_size=rl_cfg.rollout.batch_size), build_envs(rl_cfg.envs),
+                      rl_cfg, records)
+    val = {k.split("/", 1)[1]: v for k, v in scores.items() if k.startswith("val_reward/")}
+    val["mean"] = scores.get("val_reward", float("nan"))
+    return {"model": model, "records": str(records), "val": val,
+            "rl_minus_arm": validation_gains(rl_dir, rl_cfg.train.steps, against=records)}
 
 
 def curation_section(cfg: PipelineConfig, run_dir: Path) -> str:

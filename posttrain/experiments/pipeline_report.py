@@ -111,11 +111,12 @@ def write(run_dir: Path, cfg: PipelineConfig, command: str, sections: dict[str, 
         L += ["", f"## RLVR ({rl['steps']} GRPO steps on {', '.join(rl['trained_domains'])})", "",
               f"Its own held-out validation (greedy, {rl['val_tasks']} tasks per environment), step 0 → "
               f"{rl['steps']}:", "", "| environment | step 0 | last step | gain ± paired se |", "|---|---|---|---|"]
-        paired = _rl_paired(Path(rl["run_dir"]), rl["steps"])
+        paired = validation_gains(Path(rl["run_dir"]), rl["steps"])
         for dom, start in rl["val_start"].items():
-            g = paired.get(dom)
+            g = paired.get("all" if dom == "mean" else dom)  # the mean's gain: every task pooled
             L.append(f"| {dom} | {start:.3f} | {rl['val_end'].get(dom, float('nan')):.3f} | "
-                     + (f"{g.gain:+.3f} ± {g.se:.3f} |" if g else "|"))
+                     + (f"{g['gain']:+.3f} ± {g['se']:.3f}{_star(g)} |" if g else "|"))
+        L += ["", "\\* beyond two paired standard errors. The mean's gain pools every validated task."]
         L += ["", f"![RL curves]({_rel(run_dir, rl['rewards_png'])})"]
     arm = rep.get("sft_arm")
     if arm and rl:
@@ -124,6 +125,14 @@ def write(run_dir: Path, cfg: PipelineConfig, command: str, sections: dict[str, 
               f"RLVR stage's {arm['target_seconds']:.0f} s at the SFT stage's pace of {arm['sft_seconds_per_step']} s "
               f"a step; it took {st.get('sft_arm', {}).get('seconds', float('nan')):.0f} s. Same held-out problems "
               "(the table above, column *longer SFT*; gains *longer SFT − after SFT* and *RL − longer SFT*)."]
+        arm_val = arm.get("rl_validation")
+        if arm_val:
+            L += ["", "On the RLVR stage's own validation tasks (greedy, the same tasks for both):", "",
+                  "| environment | longer SFT | RL | RL − longer SFT ± paired se |", "|---|---|---|---|"]
+            for dom, v in arm_val["val"].items():
+                g = arm_val["rl_minus_arm"].get("all" if dom == "mean" else dom)
+                L.append(f"| {dom} | {v:.3f} | {rl['val_end'].get(dom, float('nan')):.3f} | "
+                         + (f"{g['gain']:+.3f} ± {g['se']:.3f}{_star(g)} |" if g else "|"))
     L += ["", "![report](report.png)", ""]
     for name, text in sections.items():
         L += [f"## {name}", "", "```", text.strip("\n"), "```", ""]
@@ -147,6 +156,10 @@ def write(run_dir: Path, cfg: PipelineConfig, command: str, sections: dict[str, 
     return out
 
 
+def _star(g: dict[str, Any]) -> str:
+    return "\\*" if abs(g["gain"]) > 2 * g["se"] else ""
+
+
 def _rel(run_dir: Path, path: str) -> str:
     try:
         return str(Path(path).resolve().relative_to(run_dir.resolve()))
@@ -166,15 +179,25 @@ def _where(run_dir: Path, name: str, s: dict[str, Any]) -> tuple[str, str]:
     return "", "the pipeline re-runs it"
 
 
-def _rl_paired(out_dir: Path, steps: int) -> dict[str, Any]:
-    """Paired gain per environment between the RL run's first and last validation records."""
+def validation_gains(out_dir: Path, step: int, against: Path | None = None) -> dict[str, dict[str, Any]]:
+    """Per domain, and pooled over every validated task (``all``), the paired gain ± paired standard
+    error of an RL run's greedy validation at ``step`` over step 0 (or over the per-task file
+    ``against``: another model on the same tasks), task by task from the run's own records (as
+    ``posttrain validate --against`` computes it); empty when the records are missing."""
+    from dataclasses import asdict
+
     from posttrain.eval.compare import paired_gain, read_task_rewards
 
-    first, last = out_dir / "validation" / "step_000000.jsonl", out_dir / "validation" / f"step_{steps:06d}.jsonl"
-    if not (first.exists() and last.exists()):
+    first = against or out_dir / "validation" / "step_000000.jsonl"
+    last = out_dir / "validation" / f"step_{step:06d}.jsonl"
+    if (against is None and step == 0) or not (first.is_file() and last.is_file()):
         return {}
     a, b = read_task_rewards(first), read_task_rewards(last)
-    return {env: paired_gain(a[env], b[env]) for env in a if env in b}
+    out = {env: asdict(paired_gain(a[env], b[env])) for env in b if env in a}
+    if len(out) > 1:  # tasks of different domains have different ids: pool them under "<env>/<id>"
+        pool = [{f"{env}/{i}": r for env in out for i, r in d[env].items()} for d in (a, b)]
+        out["all"] = asdict(paired_gain(*pool))
+    return out
 
 
 def export_tensorboard(run_dir: Path, st: dict[str, dict[str, Any]], cols: list[tuple[str, dict[str, Any]]]) -> None:

@@ -28,11 +28,12 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 TINY = {
     "model": "tiny-llama", "n_train": 16, "n_eval": 4, "n_val_rows": 4, "sft_steps": 2, "sft_batch_size": 4,
     "max_new_tokens": 8, "eval_batch_size": 4, "rl_steps": 2, "rl_val_tasks": 2, "rl_train_tasks": 4,
-    "specialist_steps": 1, "distill_steps": 1,
+    "specialist_steps": 1, "distill_steps": 1, "rl_mix": "{arithmetic: 1.0, mcq: 1.0}", "rl_mix_train_tasks": 4,
     "rl_overrides": "[rollout.prompts_per_step=3, rollout.group_size=2, rollout.max_new_tokens=6, "
                     "algo.overlong_filter=false, optim.lr=1e-3]",
 }
-STAGES = ["data", "before", "sft", "after", "rlvr", "after_rl", "sft_arm", "after_sft_arm", "specialist_math",
+STAGES = ["data", "before", "sft", "after", "rlvr", "after_rl", "sft_arm", "after_sft_arm", "sft_arm_rl_validation",
+          "specialist_math",
           "specialist_instruction", "mopd"]
 
 
@@ -49,7 +50,7 @@ def test_pipeline_with_rlvr_and_distill_reports_resumes_and_writes_loadable_chec
     out = capsys.readouterr().out
     assert sorted(p.stem for p in (run_dir / "stages").glob("*.json")) == sorted(STAGES)
     assert "after SFT      after RL    longer SFT" in out and "RLVR held-out validation reward" in out
-    for dom in ("arithmetic", "mean"):
+    for dom in ("arithmetic", "mcq", "mean"):
         assert f"    {dom}" in out
     assert "RL (after RL − after SFT)" in out and "RL − longer SFT" in out and "± " in out
     assert "base (SFT)" in out and "MOPD student" in out
@@ -59,8 +60,10 @@ def test_pipeline_with_rlvr_and_distill_reports_resumes_and_writes_loadable_chec
     rep = json.loads((run_dir / "report.json").read_text())
     rl = rep["rl"]
     assert rep["after_rl"]["model"] == rl["checkpoint"] == str(run_dir / "rl" / "checkpoints" / "step_000002")
-    assert set(rl["val_start"]) == set(rl["val_end"]) == {"arithmetic", "mean"}
-    assert rl["trained_domains"] == ["arithmetic"]
+    assert set(rl["val_start"]) == set(rl["val_end"]) == {"arithmetic", "mcq", "mean"}
+    assert rl["trained_domains"] == ["arithmetic", "mcq"]
+    assert set(rl["val_gains"]) == {"arithmetic", "mcq", "all"}  # "all": every validated task pooled
+    assert rl["val_gains"]["all"]["n"] == 2 * TINY["rl_val_tasks"]
     assert len(rep["after"]["per_task"]) == TINY["n_eval"]
     assert set(rep["gains"]) == {"SFT (after SFT − before)", "RL (after RL − after SFT)", "longer SFT − after SFT",
                                  "RL − longer SFT"}
@@ -70,11 +73,17 @@ def test_pipeline_with_rlvr_and_distill_reports_resumes_and_writes_loadable_chec
     assert arm["model"] == sft_stage["checkpoint"] and arm["target_seconds"] == rl["seconds"]
     assert arm["steps"] == max(1, round(rl["seconds"] / (sft_stage["seconds"] / sft_stage["steps"])))
     assert rep["after_sft_arm"]["model"] == arm["checkpoint"]
+    # ... and scored on the RL stage's own validation tasks, paired with the RL checkpoint's records
+    arm_val = arm["rl_validation"]
+    assert arm_val["model"] == arm["checkpoint"] and set(arm_val["val"]) == {"arithmetic", "mcq", "mean"}
+    assert set(arm_val["rl_minus_arm"]) == {"arithmetic", "mcq", "all"}
+    assert "longer SFT vs RL (RL − longer SFT, paired)" in out
     dist = json.loads((run_dir / "distill.json").read_text())
     assert list(dist["validation"]) == ["base (SFT)", "math_rl", "instruction_rl", "MOPD student"]
 
     md = (run_dir / "report.md").read_text()
     for text in ("| answer accuracy |", "paired", "## RLVR", "## Longer SFT instead of RL", "## distill",
+                 "| RL − longer SFT ± paired se |", "pools every validated task",
                  "![report](report.png)", "posttrain rl --config", "posttrain sft --config", "[rl/](rl/)",
                  "tensorboard --logdir", "load avg"):
         assert text in md, text
@@ -94,7 +103,7 @@ def test_pipeline_with_rlvr_and_distill_reports_resumes_and_writes_loadable_chec
     saved = {name: yaml.safe_load((run_dir / name / "config.yaml").read_text())
              for name in ("rl", "specialist_math", "specialist_instruction", "mopd")}
     ratios = {name: {e["name"]: e["ratio"] for e in c["envs"]} for name, c in saved.items()}
-    assert ratios["rl"] == {"arithmetic": 1.0}
+    assert ratios["rl"] == {"arithmetic": 1.0, "mcq": 1.0}
     assert saved["rl"]["rollout"]["reasoning"] and saved["rl"]["optim"]["lr"] == 1e-3  # rl_overrides win
     assert ratios["specialist_math"] == {"math": 1.0, "mcq": 0.0, "instruction": 0.0}
     assert ratios["specialist_instruction"] == {"math": 0.0, "mcq": 0.0, "instruction": 1.0}

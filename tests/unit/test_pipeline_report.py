@@ -42,3 +42,42 @@ def test_resume_command_repeats_the_run_without_fresh():
                               curation=False, config="my recipe.yaml", overrides=["seed=2", "rl_overrides=[a=1, b=2]"])
     assert resume_command(args) == ("posttrain pipeline --quick --sft-arm --config 'my recipe.yaml' seed=2 "
                                     "'rl_overrides=[a=1, b=2]'")
+
+
+def _records(path, rows: dict[str, list[float]]) -> None:
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"env": env, "task_id": f"t{i}", "reward": r}) + "\n"
+                            for env, rs in rows.items() for i, r in enumerate(rs)))
+
+
+def test_validation_gains_per_domain_and_pooled_over_every_task(tmp_path):
+    from posttrain.experiments.pipeline_report import validation_gains
+
+    # two domains whose task ids collide ("t0", "t1"): pooling must keep them apart
+    _records(tmp_path / "validation" / "step_000000.jsonl", {"arithmetic": [0, 1], "mcq": [0, 0]})
+    _records(tmp_path / "validation" / "step_000004.jsonl", {"arithmetic": [1, 1], "mcq": [1, 0]})
+    g = validation_gains(tmp_path, 4)
+    assert (g["arithmetic"]["gain"], g["mcq"]["gain"]) == (0.5, 0.5)
+    # pooled differences 1, 0, 1, 0: mean 0.5, sample sd sqrt(1/3), se sqrt(1/3)/2
+    assert (g["all"]["n"], g["all"]["gain"], g["all"]["gained"]) == (4, 0.5, 2)
+    assert g["all"]["se"] == pytest.approx(math.sqrt(1 / 3) / 2)
+    # against another model's records on the same tasks (the longer-SFT arm): RL − arm
+    _records(tmp_path / "arm.jsonl", {"arithmetic": [1, 1], "mcq": [0, 0]})
+    vs = validation_gains(tmp_path, 4, against=tmp_path / "arm.jsonl")
+    assert (vs["arithmetic"]["gain"], vs["mcq"]["gain"], vs["all"]["gain"]) == (0.0, 0.5, 0.25)
+    assert validation_gains(tmp_path, 0) == {} and validation_gains(tmp_path, 8) == {}  # nothing to pair
+
+
+def test_rl_mix_is_validated_before_any_work():
+    from posttrain.configs.pipeline import PipelineConfig
+
+    assert PipelineConfig(rl_mix={"arithmetic": 2, "mcq": 1}).rl_mix == {"arithmetic": 2.0, "mcq": 1.0}
+    with pytest.raises(ValueError, match="no domain with a ratio > 0"):
+        PipelineConfig(rl_mix={"mcq": 0.0})
+    assert PipelineConfig(rl_mix={"mcq": 0.0}, rlvr=False).rlvr is False  # no RLVR stage: nothing to train
+    with pytest.raises(ValueError, match="ratios must be >= 0"):
+        PipelineConfig(rl_mix={"arithmetic": 1.0, "mcq": -1.0})
+    with pytest.raises(ValueError, match="code"):
+        PipelineConfig(rl_mix={"code": 1.0})  # not one of the pipeline's RLVR domains
