@@ -122,8 +122,10 @@ def write(run_dir: Path, cfg: PipelineConfig, command: str, sections: dict[str, 
     if arm and rl:
         L += ["", "## Longer SFT instead of RL", "",
               f"The arm continues SFT from the SFT checkpoint for {arm['steps']} steps: as many as fit in the "
-              f"RLVR stage's {arm['target_seconds']:.0f} s at the SFT stage's pace of {arm['sft_seconds_per_step']} s "
-              f"a step; it took {st.get('sft_arm', {}).get('seconds', float('nan')):.0f} s. Same held-out problems "
+              f"RLVR stage's {arm['target_seconds']:.0f} {_clock(arm)} at the SFT stage's pace of "
+              f"{arm['sft_seconds_per_step']} {_clock(arm)} a step; it took "
+              f"{st.get('sft_arm', {}).get(arm.get('budget_clock', 'seconds'), float('nan')):.0f} {_clock(arm)} "
+              f"({st.get('sft_arm', {}).get('seconds', float('nan')):.0f} s wall). Same held-out problems "
               "(the table above, column *longer SFT*; gains *longer SFT − after SFT* and *RL − longer SFT*)."]
         arm_val = arm.get("rl_validation")
         if arm_val:
@@ -154,6 +156,11 @@ def write(run_dir: Path, cfg: PipelineConfig, command: str, sections: dict[str, 
     out = run_dir / "report.md"
     out.write_text("\n".join(L) + "\n")
     return out
+
+
+def _clock(arm: dict[str, Any]) -> str:
+    """The arm's budget unit: CPU seconds (the default when both stages recorded them) or wall seconds."""
+    return "CPU s" if arm.get("budget_clock") == "cpu_seconds" else "s"
 
 
 def _star(g: dict[str, Any]) -> str:

@@ -70,8 +70,9 @@ def test_pipeline_with_rlvr_and_distill_reports_resumes_and_writes_loadable_chec
     assert rep["gains"]["SFT (after SFT − before)"]["accuracy"]["n"] == TINY["n_eval"]
     arm = rep["sft_arm"]  # continued from the SFT checkpoint for about the RL stage's wall time
     sft_stage = json.loads((run_dir / "stages" / "sft.json").read_text())
-    assert arm["model"] == sft_stage["checkpoint"] and arm["target_seconds"] == rl["seconds"]
-    assert arm["steps"] == max(1, round(rl["seconds"] / (sft_stage["seconds"] / sft_stage["steps"])))
+    clock = arm["budget_clock"]  # CPU time when both stages recorded it: a shared machine's wall time is not the stage's
+    assert clock == "cpu_seconds" and arm["model"] == sft_stage["checkpoint"] and arm["target_seconds"] == rl[clock]
+    assert arm["steps"] == max(1, round(rl[clock] / (sft_stage[clock] / sft_stage["steps"])))
     assert rep["after_sft_arm"]["model"] == arm["checkpoint"]
     # ... and scored on the RL stage's own validation tasks, paired with the RL checkpoint's records
     arm_val = arm["rl_validation"]
