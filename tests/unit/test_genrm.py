@@ -330,6 +330,33 @@ def test_agreement_shows_position_bias_and_format_errors(tmp_path):
     assert bad["format_error_rate"] == 1.0 and bad["rank_side_acc"] == 0.0 and bad["reward"] == 0.0
 
 
+class TwoVerdicts:
+    """Sampled judge stand-in: params.n replies per prompt, alternating "1 better" / "2 better"."""
+
+    def __init__(self):
+        self.params = []
+
+    def generate(self, prompts, params, tools=None):
+        self.params.append(params)
+        v = ["Helpfulness 1: 4\nHelpfulness 2: 2\nRanking: 2", "Helpfulness 1: 2\nHelpfulness 2: 4\nRanking: 5"]
+        return [[Completion(v[j % 2], token_ids=[1]) for j in range(params.n)] for _ in prompts]
+
+
+def test_sampled_agreement_scores_every_reply_and_pairs_sample_by_sample(tmp_path):
+    from posttrain.envs.genrm.evaluate import genrm_agreement
+
+    env = GenRMEnv(pairs=str(_pairs_file(tmp_path)), val_frac=0.3)
+    n = len(env.tasks("validation"))
+    gen = TwoVerdicts()
+    f = genrm_agreement(gen, env, temperature=1.0, samples=2, seed=3, records=tmp_path / "r.jsonl")
+    assert gen.params[0].n == 2 and gen.params[0].temperature == 1.0 and gen.params[0].seed == 3
+    assert f["n"] == 2 * n and len((tmp_path / "r.jsonl").read_text().splitlines()) == 2 * n
+    # sample 0 always prefers position 1, sample 1 position 2: half right, no order consistency
+    assert f["rank_side_acc"] == 0.5 and f["prefers_first"] == 0.5 and f["order_consistency"] == 0.0
+    with pytest.raises(ValueError):
+        genrm_agreement(gen, env, temperature=0.0, samples=2)
+
+
 def test_genrm_env_weights_are_settable(tmp_path):
     env = GenRMEnv(pairs=str(_pairs_file(tmp_path)), val_frac=0.3, c2=2.0)
     given = env.tasks("train")[0]  # truth (4, 2, 2)
