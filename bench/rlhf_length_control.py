@@ -22,14 +22,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from results_row import append_row, commit, mean_se  # bench/results_row.py (sys.path[0] is bench/ when run)
 
-from bench.results_row import append_row, commit, mean_se  # noqa: E402
-from posttrain.eval.compare import paired_gain, read_task_rewards  # noqa: E402
+from posttrain.eval.compare import paired_gain, read_task_rewards
 
 
 def metrics(run: Path) -> list[dict[str, Any]]:
