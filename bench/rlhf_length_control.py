@@ -10,6 +10,7 @@ reasoning and answer tokens), and prints per seed and over seeds:
 * rollout reasoning / answer tokens at the first and last step (means over 16 rollouts; no se:
   the per-step metric is a mean only) and over the last three steps;
 * held-out reply reasoning / answer tokens at the start and the end, mean ± se over tasks;
+* the share of held-out replies cut at the token limit (no answer to grade);
 * held-out verifier reward per domain, start → end, gain ± *paired* se (``eval.compare``), and at
   the end on − off, paired over the same tasks;
 * judge fallback rate, within-group base-reward std and flat-group share, wall time, load.
@@ -74,6 +75,8 @@ def summarize(run: Path) -> dict[str, Any]:
         out[f"val_{key}_start"] = length_stats(v0, key)
         out[f"val_{key}_end"] = length_stats(v1, key)
         out[f"val_{key}_change"] = paired_len(v0, v1, key)
+    for name, rows in (("start", v0), ("end", v1)):  # replies cut at max_new_tokens (no answer to grade)
+        out[f"val_truncated_{name}"] = sum(r.get("finish_reason") == "length" for r in rows) / max(len(rows), 1)
     r0 = read_task_rewards(run / "validation" / f"step_{first:06d}.jsonl")
     r1 = read_task_rewards(run / "validation" / f"step_{last:06d}.jsonl")
     out["val"] = {}
@@ -106,6 +109,8 @@ def seed_table(on: dict[str, Any], off: dict[str, Any], on_dir: Path, off_dir: P
         a, b = on["val"][env], off["val"][env]
         rows.append(f"| held-out {env} reward (n={a['n']}), start → end | {a['start']:.3f} → {a['end']:.3f} "
                     f"({a['gain']:+.3f} ± {a['se']:.3f}) | {b['start']:.3f} → {b['end']:.3f} ({b['gain']:+.3f} ± {b['se']:.3f}) |")
+    rows.append(f"| held-out replies cut at the token limit, start → end | {on['val_truncated_start']:.0%} → "
+                f"{on['val_truncated_end']:.0%} | {off['val_truncated_start']:.0%} → {off['val_truncated_end']:.0%} |")
     rows.append(f"| judge fallback rate | {on['fallback_frac']:.1%} | {off['fallback_frac']:.1%} |")
     rows.append(f"| within-group base-reward std / flat groups | {on['base_group_std']:.2f} / {on['base_flat_frac']:.0%} | "
                 f"{off['base_group_std']:.2f} / {off['base_flat_frac']:.0%} |")
@@ -161,6 +166,7 @@ def main() -> int:
     for env in envs:
         lines.append((f"held-out {env} reward, end", lambda r, e=env: r["val"][e]["end"]))
         lines.append((f"held-out {env} reward, gain", lambda r, e=env: r["val"][e]["gain"]))
+    lines.append(("held-out replies cut at the token limit, end", lambda r: r["val_truncated_end"]))
     lines.append(("judge fallback rate", lambda r: r["fallback_frac"]))
     for label, get in lines:
         print(f"| {label} | {over('on', get)} | {over('off', get)} |")

@@ -26,7 +26,8 @@ def _run(root, name, think, answer, start, end, val_think_end):
     for step, rewards, vt in ((0, start, [10, 10, 10, 10]), (len(think), end, val_think_end)):
         (run / "validation" / f"step_{step:06d}.jsonl").write_text("".join(
             json.dumps({"env": "arithmetic", "task_id": f"t{i}", "reward": r, "reasoning_tokens": vt[i],
-                        "answer_tokens": 4}) + "\n" for i, r in enumerate(rewards)))
+                        "answer_tokens": 4, "finish_reason": "length" if vt[i] == 8 else "stop"}) + "\n"
+            for i, r in enumerate(rewards)))
     return run
 
 
@@ -38,6 +39,7 @@ def test_summary_and_paired_on_minus_off(lc, tmp_path):
     assert s["roll_think_last3"] == pytest.approx(40 / 3)
     assert s["val"]["arithmetic"]["gain"] == pytest.approx(-0.25) and s["val"]["arithmetic"]["lost"] == 1
     assert s["val_reasoning_tokens_change"][0] == pytest.approx(-3.0)  # 7 − 10
+    assert s["val_truncated_start"] == 0.0 and s["val_truncated_end"] == 0.5
     # on − off at the end, paired over the same tasks: rewards 0 − 1 on t1, t2 → −0.5; reasoning −3
     table = lc.seed_table(s, lc.summarize(off), on, off)
     assert "| **on − off at the end, arithmetic reward** | -0.500 ± 0.289 (paired, 0 / 2 tasks) | |" in table
