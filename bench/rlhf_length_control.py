@@ -189,6 +189,11 @@ def main() -> int:
         fig.tight_layout()
         fig.savefig(args.plot, dpi=90)
         print(f"\nwrote {args.plot}")
+    on_end = [record["seeds"][str(s)]["on"]["val_reasoning_tokens_end"][0] for s in seeds]
+    off_end = [record["seeds"][str(s)]["off"]["val_reasoning_tokens_end"][0] for s in seeds]
+    change = 100 * (sum(on_end) / sum(off_end) - 1)
+    print(f"\nRESULT rlhf_length_control: {change:+.0f} % (held-out reasoning tokens at the end, length control on "
+          f"vs off, {len(seeds)} seed(s))")
     if not args.no_row:
         append_row(Path(__file__).resolve().parent / "results" / "rlhf_length_control.jsonl", record)
     return 0
