@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 
 from posttrain.commands.recipe_args import add_recipe_arguments
+from posttrain.errors import UserError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -20,6 +21,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verdicts", choices=("random", "truth"), default="random", help="with --warmstart: random "
                    "verdicts teach the format only (no preference, no position information); truth = supervised")
     p.add_argument("--out", help="with --eval: write the figures (JSON) here and the per-task replies beside it")
+    p.add_argument("--eval-temperature", type=float, default=0.0, help="with --eval: sample the judge at this "
+                   "temperature (0: greedy), as an RLHF run with judge.temperature does")
+    p.add_argument("--eval-samples", type=int, default=1, help="with --eval and a temperature: verdicts per task")
     p.add_argument("--envs", default="math", help="with --mine: comma-separated verifiable environments")
     p.add_argument("--n", type=int, default=32, help="with --mine: tasks per environment")
     p.add_argument("--k", type=int, default=4, help="with --mine: samples per task")
@@ -65,15 +69,20 @@ def evaluate(args: argparse.Namespace, cfg: object) -> int:
     from posttrain.envs.genrm.judge import make_generator
 
     spec = cfg.envs[0]  # type: ignore[attr-defined]
+    if args.eval_samples < 1 or args.eval_temperature < 0 or (args.eval_samples > 1 and args.eval_temperature == 0):
+        raise UserError(f"--eval-samples {args.eval_samples} --eval-temperature {args.eval_temperature}: need "
+                        "samples >= 1, temperature >= 0, and a temperature > 0 for several samples")
     gen = make_generator(None, args.eval) if args.eval.startswith(("http://", "https://")) else make_generator(args.eval)
     out = Path(args.out) if args.out else None
     figures = genrm_agreement(gen, build_envs([spec])["genrm"], "validation", spec.val_tasks or None,
                               cfg.rollout.max_new_tokens, cfg.rollout.reasoning,  # type: ignore[attr-defined]
-                              out.with_suffix(".replies.jsonl") if out else None)
+                              out.with_suffix(".replies.jsonl") if out else None,
+                              args.eval_temperature, args.eval_samples, cfg.train.seed)  # type: ignore[attr-defined]
     for k, v in figures.items():
         print(f"[genrm] {k:32s} {v:.3f}")
     if out:
-        out.write_text(json.dumps({"model": args.eval, **figures}, indent=2))
+        out.write_text(json.dumps({"model": args.eval, "temperature": args.eval_temperature,
+                                   "samples": args.eval_samples, **figures}, indent=2))
     return 0
 
 

@@ -7,7 +7,8 @@
 The recipe (plus ``key=value`` overrides) gives the environments, their arguments, validation
 sizes and seeds, the token limit and reasoning mode, so the tasks are the run's validation tasks
 and the score is the one its ``val_reward/<env>`` metric would show (greedy, one sample per task).
-Writes one JSONL row per task (``env, task_id, reward, reason, response_tokens, finish_reason``),
+Writes one JSONL row per task (``env, task_id, reward, reason, response_tokens, finish_reason,
+reasoning_tokens, answer_tokens``),
 the same rows the RL stage writes to ``<run_dir>/validation/step_N.jsonl``.
 
 ``--against`` another such file: prints, per environment, the gain over it with the *paired*

@@ -25,6 +25,10 @@ class JudgeConfig(StrictModel):
     """Per judgement (reasoning + the three verdict lines)."""
     reasoning: bool = False
     """Render the judge's prompt in reasoning-on mode (it thinks in a ``<think>`` block first)."""
+    temperature: float = Field(0.0, ge=0)
+    """First-pass sampling temperature (0: greedy). A small judge's greedy verdict can be one
+    fixed line whatever the responses (docs/results/rlhf_length_control.md): sampling gives the
+    group a spread, seeded by the step, so a resumed run judges alike."""
     retries: int = Field(2, ge=0)
     """Re-asks of a judgement that does not parse; then the neutral fallback (3, 3, 3.5), counted."""
     retry_temperature: float = Field(0.7, ge=0)

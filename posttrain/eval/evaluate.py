@@ -37,6 +37,7 @@ from posttrain.envs.base import Environment, Split
 from posttrain.episodes.multiturn import run_episodes
 from posttrain.eval.passk import avg_at_k, n_correct, pass_at_k
 from posttrain.eval.robust import reword
+from posttrain.models.chat_template import response_parts
 
 
 @dataclass
@@ -47,6 +48,10 @@ class SampleResult:
     response_tokens: int
     finish_reason: str
     turns: int
+    reasoning_tokens: int | None = None
+    """Tokens of the reply's reasoning (``<think>`` blocks) and of its answer (the rest), over all
+    assistant turns, in the generator's tokenizer; None when the generator has no tokenizer."""
+    answer_tokens: int | None = None
 
 
 @dataclass
@@ -120,6 +125,15 @@ def summarize(
     )
 
 
+def part_tokens(messages: Any, tokenizer: Any) -> tuple[int | None, int | None]:
+    """(reasoning tokens, answer tokens) of a rollout's assistant turns; (None, None) without a tokenizer."""
+    if tokenizer is None:
+        return None, None
+    think, answer, _ = response_parts(messages)
+    count = lambda text: len(tokenizer.encode(text, add_special_tokens=False)) if text else 0  # noqa: E731
+    return count(think), count(answer)
+
+
 def evaluate(
     generator: Generator,
     env: Environment,
@@ -148,6 +162,7 @@ def evaluate(
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, n=k,
                             seed=seed, reasoning=reasoning)
     chunk = max(1, getattr(generator, "batch_size", 16) // k)
+    tokenizer = getattr(generator, "tokenizer", None)
     results: list[TaskResult] = []
     for lo in range(0, len(tasks), chunk):
         trajectories = run_episodes(generator, env, tasks[lo:lo + chunk], params, max_turns, progress=progress)
@@ -156,9 +171,11 @@ def evaluate(
             samples = []
             for traj in group:
                 verdict = env.verify(traj.task, traj.messages)
+                think, answer = part_tokens(traj.messages, tokenizer)
                 samples.append(SampleResult(
                     reward=verdict.reward, reason=verdict.reason, components=dict(verdict.components),
                     response_tokens=traj.response_tokens, finish_reason=traj.finish_reason, turns=traj.turns,
+                    reasoning_tokens=think, answer_tokens=answer,
                 ))
             results.append(TaskResult(group[0].task.id, samples))
     res = summarize(env.name, split, params, seed, results, time.perf_counter() - start, success_threshold)

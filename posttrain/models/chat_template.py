@@ -151,6 +151,21 @@ def split_reasoning(text: str) -> tuple[str | None, str]:
     return body[:end].strip(), body[end + len(THINK_CLOSE):].strip()
 
 
+def response_parts(messages: Sequence[dict[str, Any]]) -> tuple[str, str, dict[str, Any] | None]:
+    """(all reasoning, all answer text, the last assistant message) of a rollout's messages."""
+    think, answer, last = [], [], None
+    for m in messages:
+        if m.get("role") != "assistant":
+            continue
+        last = m
+        content = m.get("content") if isinstance(m.get("content"), str) else ""
+        reasoning, visible = split_reasoning(content or "")
+        reasoning = m.get("reasoning_content") or reasoning
+        think.append(reasoning or "")
+        answer.append(visible)
+    return "".join(think), "".join(answer), last
+
+
 # --------------------------------------------------------------------------- tool calls
 # The value rules are in the module docstring; chat_template.jinja repeats the escaping with
 # ``replace`` filters in the same order, and a test checks both render the same text.

@@ -19,7 +19,10 @@ the scale does not matter to the advantage. ``pass_rate`` (reward ≥ 1) means n
 Lengths: of a response's reasoning (``<think>`` block) and answer (the rest), summed over its
 assistant turns, in the policy tokenizer's tokens (``unit: chars``: characters).
 
-Metrics: ``reward_base`` (mean base reward), ``think_len_mean``, ``answer_len_mean``,
+Metrics: ``reward_base`` (mean base reward), ``reward_base_group_std`` (the within-group standard
+deviation of the base reward, averaged over groups) and ``reward_base_flat_frac`` (share of groups
+whose base rewards are all equal: without length control such a group has no advantage and trains
+nothing; a constant judge makes every group flat), ``think_len_mean``, ``answer_len_mean``,
 ``genrm_comparisons``, ``genrm_retries``, ``genrm_fallbacks``, ``genrm_fallback_frac``,
 ``genrm_judge_tokens``, ``time_judge_s`` (also reported as ``time_verify_s``).
 """
@@ -33,22 +36,7 @@ from posttrain.algos.genrm import ring_base_rewards, ring_pairs
 from posttrain.algos.length_control import length_controlled_rewards
 from posttrain.configs.rlhf import LengthControlConfig
 from posttrain.envs.genrm.format import build_genrm_prompt, split_prompt
-from posttrain.models.chat_template import split_reasoning
-
-
-def response_parts(messages: Sequence[dict[str, Any]]) -> tuple[str, str, dict[str, Any] | None]:
-    """(all reasoning, all answer text, the last assistant message) of a rollout's messages."""
-    think, answer, last = [], [], None
-    for m in messages:
-        if m.get("role") != "assistant":
-            continue
-        last = m
-        content = m.get("content") if isinstance(m.get("content"), str) else ""
-        reasoning, visible = split_reasoning(content or "")
-        reasoning = m.get("reasoning_content") or reasoning
-        think.append(reasoning or "")
-        answer.append(visible)
-    return "".join(think), "".join(answer), last
+from posttrain.models.chat_template import response_parts
 
 
 def group_indices(rollouts: Sequence[Any]) -> list[list[int]]:
@@ -57,6 +45,14 @@ def group_indices(rollouts: Sequence[Any]) -> list[list[int]]:
     for i, r in enumerate(rollouts):
         groups.setdefault(r.group, []).append(i)
     return list(groups.values())
+
+
+def group_std(values: Sequence[float]) -> float:
+    """Population standard deviation of one group's rewards (0 for a flat group or a group of one)."""
+    if len(values) < 2 or max(values) == min(values):
+        return 0.0
+    mean = sum(values) / len(values)
+    return (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5
 
 
 class GenRMReward:
@@ -91,12 +87,13 @@ class GenRMReward:
         # retry seeds are a function of the step (the rollouts' policy version): a resumed run re-asks alike
         step = getattr(getattr(rollouts[0], "sampling", None), "policy_version", 0) if rollouts else 0
         verdicts = self.judge.judge_many(prompts, seed=1_000_003 * step)
-        base_all, pos = [0.0] * len(rollouts), 0
+        base_all, pos, spreads = [0.0] * len(rollouts), 0, []
         think_len = [self._len(p[0]) for p in parts]
         answer_len = [self._len(p[1]) for p in parts]
         for g, n in zip(groups, owners):
             base = ring_base_rewards(len(g), verdicts[pos: pos + n])
             pos += n
+            spreads.append(group_std(base))
             final = base
             if self.length.enabled:
                 lc = self.length
@@ -108,7 +105,10 @@ class GenRMReward:
         delta = {k: v - before.get(k, 0) for k, v in self.judge.stats.items()}
         dt = time.perf_counter() - t0
         n = max(len(rollouts), 1)
-        return {"reward_base": sum(base_all) / n, "think_len_mean": sum(think_len) / n,
+        return {"reward_base": sum(base_all) / n,
+                "reward_base_group_std": sum(spreads) / max(len(spreads), 1),
+                "reward_base_flat_frac": sum(sd == 0.0 for sd in spreads) / max(len(spreads), 1),
+                "think_len_mean": sum(think_len) / n,
                 "answer_len_mean": sum(answer_len) / n, "genrm_comparisons": float(len(prompts)),
                 "genrm_retries": float(delta.get("retries", 0)), "genrm_fallbacks": float(delta.get("fallbacks", 0)),
                 "genrm_fallback_frac": delta.get("fallbacks", 0) / max(len(prompts), 1),

@@ -18,7 +18,7 @@ def validate(generator: Any, envs: dict[str, Any], cfg: Any, records: Path | Non
     """Greedy mean reward per environment on its validation tasks, and their mean (``val_reward``).
 
     ``records``: also write one JSONL row per task (``env, task_id, reward, reason, response_tokens,
-    finish_reason``), so two checkpoints can be compared task by task (``eval.compare``)."""
+    finish_reason, reasoning_tokens, answer_tokens``), so two checkpoints can be compared task by task (``eval.compare``)."""
     from tqdm.auto import tqdm
 
     from posttrain.eval.evaluate import evaluate
@@ -34,7 +34,8 @@ def validate(generator: Any, envs: dict[str, Any], cfg: Any, records: Path | Non
             out[f"val_reward/{spec.name}"] = r.mean_reward
             rows += [{"env": spec.name, "task_id": t.task_id, "reward": t.samples[0].reward,
                       "reason": t.samples[0].reason, "response_tokens": t.samples[0].response_tokens,
-                      "finish_reason": t.samples[0].finish_reason} for t in r.tasks]
+                      "finish_reason": t.samples[0].finish_reason, "reasoning_tokens": t.samples[0].reasoning_tokens,
+                      "answer_tokens": t.samples[0].answer_tokens} for t in r.tasks]
     if out:
         out["val_reward"] = sum(out.values()) / len(out)
     if records is not None:

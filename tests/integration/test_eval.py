@@ -48,6 +48,9 @@ def test_evaluate_aggregates_known_rewards(generator):
     assert r.mean_reward == pytest.approx(2 / 5) and r.pass_at_1 == pytest.approx(2 / 5)
     assert r.pass_at_k == pytest.approx(2 / 5) and r.components == {"odd": pytest.approx(2 / 5)}
     assert 1 <= r.mean_response_tokens <= 6 and r.reasons == {"parity": 15}
+    s = [x for t in r.tasks for x in t.samples]  # reasoning / answer tokens (counted exactly in test_chat_template)
+    assert all(isinstance(x.reasoning_tokens, int) and isinstance(x.answer_tokens, int) for x in s)
+    assert all(x.reasoning_tokens >= 0 and x.answer_tokens >= 0 for x in s)
     again = evaluate(generator, ParityEnv(), n_tasks=5, k=3, temperature=1.0, max_new_tokens=6, seed=2)
     assert again.mean_response_tokens == r.mean_response_tokens  # seeded: the same rollouts
 

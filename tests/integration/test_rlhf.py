@@ -77,7 +77,8 @@ def test_genrm_run_on_preference_pairs(tmp_path, capsys):
     pairs.write_text("".join(json.dumps({"prompt": f"Say something about {i}.", "chosen": f"{i} is a number.",
                                          "rejected": ""}) + "\n" for i in range(12)))
     run_dir = tmp_path / "genrm"
-    args = argparse.Namespace(config=None, no_progress=True, mine=None, eval=None, warmstart=None, overrides=[
+    args = argparse.Namespace(config=None, no_progress=True, mine=None, eval=None, warmstart=None,
+                              eval_temperature=0.0, eval_samples=1, overrides=[
         f"{k}={v}" for k, v in {
             "model": "tiny-llama", "run_dir": run_dir, "train.steps": 2, "train.eval_every": 2, "train.save_every": 2,
             "rollout.prompts_per_step": 2, "rollout.group_size": 2, "rollout.max_new_tokens": 8,
@@ -96,6 +97,12 @@ def test_genrm_run_on_preference_pairs(tmp_path, capsys):
     figures = json.loads((tmp_path / "agreement.json").read_text())
     assert figures["n"] == 4 and 0 <= figures["format_error_rate"] <= 1 and "swapped/rank_side_acc" in figures
     assert (tmp_path / "agreement.replies.jsonl").exists()
+    # sampled, as an RLHF run with judge.temperature uses it: every reply of every task is scored
+    args.eval_temperature, args.eval_samples = 1.0, 2
+    assert genrm_command.run(args) == 0
+    figures = json.loads((tmp_path / "agreement.json").read_text())
+    assert figures["n"] == 8 and figures["samples"] == 2 and figures["temperature"] == 1.0
+    args.eval_temperature, args.eval_samples = 0.0, 1
     # --warmstart: the format-teaching SFT rows of the train pairs, in the file SFT reads
     from posttrain.envs.genrm.format import parse_judgement
 

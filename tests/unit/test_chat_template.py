@@ -44,6 +44,26 @@ def test_split_reasoning():
     assert split_reasoning("<think>never closed") == ("never closed", "")  # truncated trace: no answer
 
 
+def test_response_parts_joins_assistant_turns_and_part_tokens_counts_them():
+    from posttrain.eval.evaluate import part_tokens
+    from posttrain.models.chat_template import response_parts
+
+    msgs = [{"role": "user", "content": "q"},
+            {"role": "assistant", "content": "<think>ab</think>call"},
+            {"role": "tool", "content": "obs"},
+            {"role": "assistant", "content": "Answer: 4", "reasoning_content": "cde"}]
+    assert response_parts(msgs) == ("abcde", "callAnswer: 4", msgs[3])
+    assert response_parts([{"role": "assistant", "content": "<think>cut"}])[:2] == ("cut", "")
+
+    class Chars:  # one token per character
+        def encode(self, text, add_special_tokens=False):
+            return list(text)
+
+    assert part_tokens(msgs, Chars()) == (5, 13)
+    assert part_tokens([{"role": "assistant", "content": ""}], Chars()) == (0, 0)
+    assert part_tokens(msgs, None) == (None, None)
+
+
 def test_tool_call_roundtrip_keeps_types_and_raw_strings():
     code = 'print("hi")\nx = {"a": 1}'
     text = format_tool_call("run", {"code": code, "n": 3, "flags": [1, 2], "ok": True})

@@ -179,6 +179,11 @@ def test_judge_retries_then_falls_back_and_counts():
     unbatched = ScriptedGenerator([[GOOD]])
     GenRMJudge(unbatched, batched=False).judge_many([[{"role": "user", "content": "a"}]] * 3)
     assert unbatched.calls == [(1, 0.0)] * 3
+    sampled = ScriptedGenerator([["nope"], [GOOD]])
+    assert GenRMJudge(sampled, retries=1, temperature=1.0).judge_many([[{"role": "user", "content": "a"}]]) == [J(5, 1, 1)]
+    assert sampled.calls == [(1, 1.0), (1, 0.7)]  # a sampled first pass; retries at retry_temperature
+    with pytest.raises(ValueError):
+        GenRMJudge(sampled, temperature=-1.0)
 
 
 def test_judge_retry_can_recover():
@@ -275,6 +280,12 @@ def test_genrm_reward_scorer_judges_the_whole_step_in_one_batch():
     # group 1: "b" → 1, "bbb" → 2 (the reasoning is not shown to the judge)
     assert [r.reward for r in rollouts[3:]] == [1, 2]
     assert m["genrm_comparisons"] == 5 and m["think_len_mean"] == pytest.approx(3 / 5)
+    # base spread: group 0 (2, 3, 4) → std sqrt(2/3); group 1 (1, 2) → 0.5; neither group is flat
+    assert m["reward_base_group_std"] == pytest.approx(((2 / 3) ** 0.5 + 0.5) / 2)
+    assert m["reward_base_flat_frac"] == 0.0
+    flat = [_R(0, "aa"), _R(0, "bb"), _R(1, "c"), _R(1, "dddd")]  # group 0 flat (2, 2); group 1 (1, 3)
+    m = GenRMReward(PreferLonger(), None, LengthControlConfig(enabled=False))(flat)
+    assert m["reward_base_flat_frac"] == 0.5 and m["reward_base_group_std"] == pytest.approx(0.5)
     rollouts = [_R(0, "aa"), _R(0, "aaaa"), _R(0, "aaaaaa")]
     GenRMReward(judge, None, LengthControlConfig(unit="chars"))(rollouts)
     # answers 2, 4, 6 chars: w = 1, .5, 0 → w̃ = .5, 0, −.5; ×0.5; no reasoning: no think term;
@@ -317,6 +328,33 @@ def test_agreement_shows_position_bias_and_format_errors(tmp_path):
     assert len((tmp_path / "replies.jsonl").read_text().splitlines()) == n
     bad = genrm_agreement(ScriptedGenerator([["no verdict"]]), env)
     assert bad["format_error_rate"] == 1.0 and bad["rank_side_acc"] == 0.0 and bad["reward"] == 0.0
+
+
+class TwoVerdicts:
+    """Sampled judge stand-in: params.n replies per prompt, alternating "1 better" / "2 better"."""
+
+    def __init__(self):
+        self.params = []
+
+    def generate(self, prompts, params, tools=None):
+        self.params.append(params)
+        v = ["Helpfulness 1: 4\nHelpfulness 2: 2\nRanking: 2", "Helpfulness 1: 2\nHelpfulness 2: 4\nRanking: 5"]
+        return [[Completion(v[j % 2], token_ids=[1]) for j in range(params.n)] for _ in prompts]
+
+
+def test_sampled_agreement_scores_every_reply_and_pairs_sample_by_sample(tmp_path):
+    from posttrain.envs.genrm.evaluate import genrm_agreement
+
+    env = GenRMEnv(pairs=str(_pairs_file(tmp_path)), val_frac=0.3)
+    n = len(env.tasks("validation"))
+    gen = TwoVerdicts()
+    f = genrm_agreement(gen, env, temperature=1.0, samples=2, seed=3, records=tmp_path / "r.jsonl")
+    assert gen.params[0].n == 2 and gen.params[0].temperature == 1.0 and gen.params[0].seed == 3
+    assert f["n"] == 2 * n and len((tmp_path / "r.jsonl").read_text().splitlines()) == 2 * n
+    # sample 0 always prefers position 1, sample 1 position 2: half right, no order consistency
+    assert f["rank_side_acc"] == 0.5 and f["prefers_first"] == 0.5 and f["order_consistency"] == 0.0
+    with pytest.raises(ValueError):
+        genrm_agreement(gen, env, temperature=0.0, samples=2)
 
 
 def test_genrm_env_weights_are_settable(tmp_path):

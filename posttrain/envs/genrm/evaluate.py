@@ -1,7 +1,8 @@
 """How well a model judges: agreement with the ground truth on held-out pairs, per position order.
 
 :func:`genrm_agreement` asks a generator (greedy, one reply each, **no retries**: a format error is
-part of what is measured) for a verdict on each held-out task of the ``genrm`` environment (every
+part of what is measured; or ``samples`` replies each at ``temperature``, for a judge that is used
+sampled) for a verdict on each held-out task of the ``genrm`` environment (every
 pair in both orders) and returns:
 
 * ``format_error_rate`` — replies that do not parse;
@@ -47,9 +48,9 @@ def agreement_from_rows(rows: list[dict[str, Any]]) -> dict[str, float]:
     out = _summary(rows)
     for order in ("given", "swapped"):
         out.update({f"{order}/{k}": v for k, v in _summary([r for r in rows if r["swapped"] == (order == "swapped")]).items()})
-    by_pair: dict[str, dict[bool, dict[str, Any]]] = {}
-    for r in rows:
-        by_pair.setdefault(r["pair_id"], {})[r["swapped"]] = r
+    by_pair: dict[tuple[str, int], dict[bool, dict[str, Any]]] = {}
+    for r in rows:  # sampled: the j-th verdict of the given order with the j-th of the swapped one
+        by_pair.setdefault((r["pair_id"], r.get("sample", 0)), {})[r["swapped"]] = r
     both = [p for p in by_pair.values() if len(p) == 2 and not p[False]["format_error"] and not p[True]["format_error"]]
     # consistent: the swapped verdict prefers position 2 exactly when the given one prefers position 1
     consistent = [(p[False]["pred_rank"] <= 3) != (p[True]["pred_rank"] <= 3) for p in both]
@@ -58,21 +59,25 @@ def agreement_from_rows(rows: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def genrm_agreement(generator: Any, env: Any, split: str = "validation", n: int | None = None,
-                    max_new_tokens: int = 256, reasoning: bool = False, records: Path | None = None
-                    ) -> dict[str, float]:
-    """Judge every held-out task once, greedily; the agreement figures (module docstring)."""
+                    max_new_tokens: int = 256, reasoning: bool = False, records: Path | None = None,
+                    temperature: float = 0.0, samples: int = 1, seed: int = 0) -> dict[str, float]:
+    """Judge every held-out task ``samples`` times (once, greedily, by default); the agreement
+    figures (module docstring), means over every reply."""
+    if samples < 1 or temperature < 0 or (samples > 1 and temperature == 0):
+        raise ValueError(f"need samples >= 1 and temperature >= 0 (> 0 for several samples), got {samples}, {temperature}")
     tasks = env.tasks(split, n)
-    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, n=1, reasoning=reasoning)
+    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, n=samples, seed=seed,
+                            reasoning=reasoning)
     outs = generator.generate([t.messages for t in tasks], params)
     rows = []
     for t, comps in zip(tasks, outs):
-        text = comps[0].text
         gt = t.ground_truth
-        res = score_judgement(text, Judgement(gt["h1"], gt["h2"], gt["rank"]))
-        pred = parse_judgement(text)
-        rows.append({"task_id": t.id, "pair_id": t.metadata["pair_id"], "swapped": t.metadata["swapped"],
-                     "reward": res.reward, "reason": res.reason, **res.components,
-                     "pred_rank": None if isinstance(pred, ParseFailure) else pred.rank, "reply": text})
+        for j, c in enumerate(comps[:samples]):
+            res = score_judgement(c.text, Judgement(gt["h1"], gt["h2"], gt["rank"]))
+            pred = parse_judgement(c.text)
+            rows.append({"task_id": t.id, "pair_id": t.metadata["pair_id"], "swapped": t.metadata["swapped"],
+                         "sample": j, "reward": res.reward, "reason": res.reason, **res.components,
+                         "pred_rank": None if isinstance(pred, ParseFailure) else pred.rank, "reply": c.text})
     if records is not None:
         records.parent.mkdir(parents=True, exist_ok=True)
         records.write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -3,8 +3,9 @@
 :class:`GenRMJudge` takes a batch of GenRM prompts (``format.build_genrm_prompt``) and returns one
 :class:`~posttrain.algos.genrm.Judgement` per prompt, never raising on what the model writes:
 
-1. One batched greedy ``generate`` over every prompt (``batched=False``: one call per prompt, for
-   the speed comparison of ``bench/rlhf_step.py``).
+1. One batched ``generate`` over every prompt, greedy by default (``temperature`` > 0: sampled
+   with the call's seed, for a judge whose greedy verdict does not depend on the responses);
+   ``batched=False``: one call per prompt, for the speed comparison of ``bench/rlhf_step.py``.
 2. Prompts whose reply does not parse (``format.parse_judgement``) are asked again, together, up to
    ``retries`` times, sampled at ``retry_temperature`` with a fresh seed each round (a greedy retry
    would write the same reply again).
@@ -30,10 +31,11 @@ NEUTRAL = Judgement(3, 3, NEUTRAL_RANK)
 
 class GenRMJudge:
     def __init__(self, generator: Generator, max_new_tokens: int = 256, retries: int = 2,
-                 retry_temperature: float = 0.7, reasoning: bool = False, batched: bool = True, seed: int = 0
-                 ) -> None:
-        if retries < 0:
-            raise ValueError(f"retries must be >= 0, got {retries}")
+                 retry_temperature: float = 0.7, reasoning: bool = False, batched: bool = True, seed: int = 0,
+                 temperature: float = 0.0) -> None:
+        if retries < 0 or temperature < 0:
+            raise ValueError(f"retries and temperature must be >= 0, got {retries}, {temperature}")
+        self.temperature = temperature
         self.generator, self.max_new_tokens, self.retries = generator, max_new_tokens, retries
         self.retry_temperature, self.reasoning, self.batched, self.seed = retry_temperature, reasoning, batched, seed
         self.stats: dict[str, int] = {}
@@ -70,7 +72,7 @@ class GenRMJudge:
                 break
             if attempt:
                 self._count("retries", len(todo))
-            temperature = 0.0 if attempt == 0 else self.retry_temperature
+            temperature = self.temperature if attempt == 0 else self.retry_temperature
             texts = self._generate([prompts[i] for i in todo], temperature, seed + attempt)
             failed = []
             for i, text in zip(todo, texts):
