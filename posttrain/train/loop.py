@@ -193,7 +193,7 @@ def setup(cfg: StageConfig, lora: LoRAConfig | None = None, freeze_routers: bool
     monitor = moe_lib.RouterMonitor(model).__enter__() if routers else None
     decision = decide_precision(loop.precision, str(device), numerics)  # type: ignore[arg-type]
     precision = decision.precision
-    attention = attention_for(model, precision, str(device))
+    attention = attention_for(model, precision, str(device), getattr(getattr(cfg, "data", None), "max_seq_len", None))
     if main:
         print(f"[{run_dir.name}] {decision.line()}" + (f"; {attention} attention" if attention else ""))
         (run_dir / "precision.json").write_text(json.dumps(decision.metrics(), indent=1) + "\n")

@@ -138,10 +138,22 @@ def test_tool_hallucination_pairs_from_own_samples():
 
     tasks = [Task(id=f"t{i}", domain="x", messages=[{"role": "user", "content": "2+2?"}]) for i in range(3)]
     gen = FixedReplies([call, "It is 5", "It is 4", "<think>only thinking"])
-    rows, stats = tool_hallucination_pairs(gen, Env(), tasks, k=4, tools="both")
+    rows, stats, rates = tool_hallucination_pairs(gen, Env(), tasks, k=4, tools="both")
     assert gen.tools_seen == [None, UNFITTING_TOOLS, None]
     assert stats == {"prompts": 3, "samples": 12, "tool_calls": 3, "pairs": 3}
+    assert [(r["env"], r["task_id"], r["reward"], r["tool_calls"]) for r in rates] == [
+        ("toy/none", "t0", 0.25, 1), ("toy/unfitting", "t1", 0.25, 1), ("toy/none", "t2", 0.25, 1)]
     assert all(r["rejected"] == call and r["chosen"] == "It is 4" for r in rows)  # the correct plain answer
     assert rows[1]["tools"] == UNFITTING_TOOLS and rows[0]["tools"] is None
-    rows, stats = tool_hallucination_pairs(FixedReplies(["It is 4"]), Env(), tasks, k=2)
-    assert rows == [] and stats["tool_calls"] == 0  # no hallucination: no pair
+    rows, stats, rates = tool_hallucination_pairs(FixedReplies(["It is 4"]), Env(), tasks, k=2)
+    assert rows == [] and stats["tool_calls"] == 0 and [r["reward"] for r in rates] == [0, 0, 0]  # no pair
+
+
+def test_hallucination_rate_se_is_across_prompts():
+    from posttrain.train.dpo_pairs import rate_and_se
+
+    # prompts with rates 1, 0, 0.5, 0.5: mean 0.5, sample variance (0.25+0.25+0+0)/3 = 1/6, se sqrt(1/6/4)
+    mean, se = rate_and_se([1.0, 0.0, 0.5, 0.5])
+    assert mean == 0.5 and se == pytest.approx((1 / 24) ** 0.5)
+    assert rate_and_se([0.25]) == (0.25, 0.0)
+    assert all(math.isnan(x) for x in rate_and_se([]))
