@@ -21,6 +21,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--plain-fallback", action="store_true",
+                   help="a prompt with unfitting tools whose samples all call one: take the chosen plain answer from k "
+                        "samples of the same question without tools (train/dpo_pairs.py)")
     p.add_argument("--rates", default=None, help="write each prompt's tool-call rate (JSONL, the rows of posttrain validate)")
     p.add_argument("--against", default=None, help="another model's --rates file on the same prompts: print the paired change")
 
@@ -43,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
     for name in args.envs.split(","):
         env = make_env(name)
         mine, stats, per_prompt = tool_hallucination_pairs(gen, env, env.tasks(args.split, args.n, args.seed), args.k,
-                                                           args.tools, args.max_new_tokens, args.temperature, args.seed)
+                                                           args.tools, args.max_new_tokens, args.temperature, args.seed,
+                                                           args.plain_fallback)
         rows += mine
         rates += per_prompt
         total = {k: total.get(k, 0) + v for k, v in stats.items()}
