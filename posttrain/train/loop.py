@@ -365,7 +365,9 @@ def update(t: Trainer, stage: Stage, micro: list[Any], loss_fn: Callable[[Any], 
                 loss = loss + lb_coef * lb / len(micro)
                 lb_total += float(lb.detach())
         loss.backward()
-        w = 0.0 if padding else float(x.mask_BT.sum())
+        # a micro-batch's metrics weigh by its loss tokens, or by what the loss says they average
+        # over (dpo: pairs, so reward_acc is the share of the step's pairs)
+        w = 0.0 if padding else (out.metrics_weight if out.metrics_weight is not None else float(x.mask_BT.sum()))
         for k, v in out.metrics.items():
             sums[k] = sums.get(k, 0.0) + v * w
         weight += w

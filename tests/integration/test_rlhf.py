@@ -133,6 +133,8 @@ def test_dpo_run_resumes_with_the_cached_reference(tmp_path, monkeypatch):
     assert not res.reference_computed and res.checkpoint.name == "step_000003"
     rows = [json.loads(x) for x in (tmp_path / "dpo" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2, 3] and "val_reward_acc" in rows[-1]
+    for r in rows[1:]:  # a share of the step's 4 pairs, not a token-weighted mean of micro-batch shares
+        assert r["reward_acc"] * 4 == pytest.approx(round(r["reward_acc"] * 4)), r["reward_acc"]
     _loads(res.checkpoint)
 
 

@@ -56,6 +56,7 @@ def test_sft_term_and_pair_normalisation():
     h = (-3 + 4) - (-5 + 4)  # 2
     expect = (math.log(1 + math.exp(-0.5 * h)) + 0.2 * 1.5) / 4  # divided by the step's 4 pairs
     assert out.loss.item() == pytest.approx(expect) and out.metrics["sft_nll"] == pytest.approx(1.5)
+    assert out.metrics_weight == 1.0  # its metrics are per-pair means: the loop weighs them by pairs, not tokens
     out.loss.backward()
     s = 1 / (1 + math.exp(0.5 * h))
     assert lp.grad[0].tolist() == pytest.approx([(-0.5 * s - 0.2 / 2) / 4] * 2)
