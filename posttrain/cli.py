@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "rlhf": ("posttrain.commands.rlhf", "RLHF: the GenRM compares each prompt's responses in a ring, plus group-relative length control"),
     "dpo": ("posttrain.commands.dpo", "direct preference optimisation on pairs JSONL (sigmoid, IPO, optional SFT term; cached reference log-probs)"),
     "dpo-pairs": ("posttrain.commands.dpo_pairs", "mine tool-hallucination DPO pairs from a model's own samples (tool call = rejected, plain answer = chosen)"),
+    "tool-decisions": ("posttrain.commands.tool_decisions", "tool use where a tool fits: the model's call (or plain reply) at each turn of the banking expert's held-out episodes"),
     "profile": ("posttrain.commands.profile", "sample k rollouts per training task and write the pass-rate profile JSONL for the RL curriculum"),
     "validate": ("posttrain.commands.validate", "score a model on an RL run's held-out tasks, per task; --against: paired gain over another model"),
     "make-data": ("posttrain.data.synthetic", "write a generated SFT dataset (e.g. arithmetic with short reasoning)"),

@@ -85,6 +85,7 @@ class LossInputs:
 class LossOutput:
     loss: Tensor  # scalar, to call .backward() on
     metrics: dict[str, float] = field(default_factory=dict)
+    metrics_weight: float | None = None  # weight of these metrics in the step's mean; None: the loss tokens
 
 
 def token_logprobs(logits_BTV: Tensor, targets_BT: Tensor) -> Tensor:
@@ -237,7 +238,7 @@ def dpo_loss(x: LossInputs, cfg: DPOLossConfig) -> LossOutput:
         "chosen_logp": float(policy_B[0::2].detach().mean()),
         "rejected_logp": float(policy_B[1::2].detach().mean()),
     })
-    return LossOutput(loss, metrics)
+    return LossOutput(loss, metrics, metrics_weight=float(per_pair.shape[0]))  # per-pair means: weigh by pairs
 
 
 def topk_kl_term(x: LossInputs, cfg: TopKKLConfig) -> LossOutput:
@@ -286,7 +287,7 @@ class CompositeLoss:
         out = LOSSES.get(self.main.type)(x, self.main)
         for term in self.terms:
             extra = LOSS_TERMS.get(term.type)(x, term)
-            out = LossOutput(out.loss + extra.loss, {**out.metrics, **extra.metrics})
+            out = LossOutput(out.loss + extra.loss, {**out.metrics, **extra.metrics}, out.metrics_weight)
         return out
 
 

@@ -78,15 +78,23 @@ def arithmetic_tasks(n: int, seed: int = 0, split: Literal["train", "validation"
 
 # --------------------------------------------------------------------------- CLI
 
-GENERATORS = {"arithmetic": arithmetic_rows}
+def _banking_rows(n: int, seed: int, split: Literal["train", "validation"], **_: Any) -> Iterator[dict[str, Any]]:
+    from posttrain.data.tool_demos import banking_rows  # tool-use SFT rows (the banking expert, verified)
+
+    return banking_rows(n, seed, split)
+
+
+GENERATORS = {"arithmetic": arithmetic_rows, "banking": _banking_rows}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("kind", choices=sorted(GENERATORS), help="which dataset to generate")
+    p.add_argument("kind", choices=sorted(GENERATORS),
+                   help="arithmetic: sums / differences / products with a worked reasoning; banking: the banking "
+                        "environment's scripted expert, whole verified tool-use episodes (data/tool_demos.py)")
     p.add_argument("--n", type=int, default=2000, help="number of rows")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--split", choices=["train", "validation"], default="train")
-    p.add_argument("--max-digits", type=int, default=2)
+    p.add_argument("--max-digits", type=int, default=2, help="arithmetic: largest operand size in digits")
     p.add_argument("--out", required=True, help="output JSONL path")
 
 

@@ -461,6 +461,14 @@ def parse_tool_calls(text: str, tools: Sequence[dict[str, Any]] | None = None) -
     return rest, [_parse_call(b, properties) for b in blocks]
 
 
+def calls_a_tool(text: str) -> bool:
+    """True when the reply's answer part tries to call a tool (a tool-call tag, well-formed or not):
+    what counts as a tool call when measuring tool hallucination (``train/dpo_pairs.py``) and tool
+    use where a tool fits (``eval/tool_decisions.py``)."""
+    _, answer = split_reasoning(text)
+    return TOOL_CALL_OPEN in answer or TOOL_CALL_CLOSE in answer or "<function=" in answer
+
+
 def parse_assistant(text: str, tools: Sequence[dict[str, Any]] | None = None) -> AssistantTurn:
     """Parse raw generated assistant text (special tokens already removed); ``tools`` directs how
     tool-call values are read (see ``parse_tool_calls``)."""

@@ -209,18 +209,27 @@ def resolve(precision: str, stage: Stage, device: str = "cpu") -> Decision:
     return decide(machine_probe(), stage)
 
 
-def attention_for(model: object, precision: str, device: str) -> str | None:
+EAGER_MAX_LEN = 512
+"""Longest training row for which bf16 CPU training switches to eager attention (see ``attention_for``)."""
+
+
+def attention_for(model: object, precision: str, device: str, max_len: int | None = None) -> str | None:
     """Switch a CPU model that trains in bf16 from sdpa to eager attention; returns the new setting.
 
     Measured (docs/benchmarks.md, "SFT attention"): over a packed 512-token row, torch's CPU
     flash-attention kernel under the block-diagonal mask is slower in bf16 than eager attention's
     bf16 matmuls (fwd+bwd of one row 4.5 s vs 5.9 s on one loaded core; in fp32 they tie, so fp32
-    keeps sdpa). Hybrid (Mamba) models are left alone. The setting is not saved in checkpoints.
+    keeps sdpa). Eager attention materialises the T×T scores of every head and layer, so it loses
+    on long rows: the embedded model, one packed bf16 row, fwd+bwd, one loaded core: 2048 tokens
+    eager 40–42 s vs sdpa 22–23 s; 1024 tokens (unpacked) 10.2–10.7 s vs 7.6–8.6 s; 512 tokens
+    2.7–3.0 s vs 3.2–3.8 s. So rows longer than ``EAGER_MAX_LEN`` (``max_len``, the stage's
+    longest row; None: short rows) keep sdpa. Hybrid (Mamba) models are left alone. The setting is
+    not saved in checkpoints.
     """
     from posttrain.models.facts import is_hybrid
 
     config = getattr(model, "config", None)
-    if (precision != "bf16" or device != "cpu" or is_hybrid(model)
+    if (precision != "bf16" or device != "cpu" or is_hybrid(model) or (max_len or 0) > EAGER_MAX_LEN
             or getattr(config, "_attn_implementation", None) != "sdpa" or not hasattr(model, "set_attn_implementation")):
         return None
     model.set_attn_implementation("eager")  # type: ignore[attr-defined]

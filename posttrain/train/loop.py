@@ -193,7 +193,7 @@ def setup(cfg: StageConfig, lora: LoRAConfig | None = None, freeze_routers: bool
     monitor = moe_lib.RouterMonitor(model).__enter__() if routers else None
     decision = decide_precision(loop.precision, str(device), numerics)  # type: ignore[arg-type]
     precision = decision.precision
-    attention = attention_for(model, precision, str(device))
+    attention = attention_for(model, precision, str(device), getattr(getattr(cfg, "data", None), "max_seq_len", None))
     if main:
         print(f"[{run_dir.name}] {decision.line()}" + (f"; {attention} attention" if attention else ""))
         (run_dir / "precision.json").write_text(json.dumps(decision.metrics(), indent=1) + "\n")
@@ -365,7 +365,9 @@ def update(t: Trainer, stage: Stage, micro: list[Any], loss_fn: Callable[[Any], 
                 loss = loss + lb_coef * lb / len(micro)
                 lb_total += float(lb.detach())
         loss.backward()
-        w = 0.0 if padding else float(x.mask_BT.sum())
+        # a micro-batch's metrics weigh by its loss tokens, or by what the loss says they average
+        # over (dpo: pairs, so reward_acc is the share of the step's pairs)
+        w = 0.0 if padding else (out.metrics_weight if out.metrics_weight is not None else float(x.mask_BT.sum()))
         for k, v in out.metrics.items():
             sums[k] = sums.get(k, 0.0) + v * w
         weight += w

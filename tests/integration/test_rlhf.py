@@ -140,6 +140,8 @@ def test_dpo_run_resumes_with_the_cached_reference(tmp_path, monkeypatch):
     assert not res.reference_computed and res.checkpoint.name == "step_000003"
     rows = [json.loads(x) for x in (tmp_path / "dpo" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2, 3] and "val_reward_acc" in rows[-1]
+    for r in rows[1:]:  # a share of the step's 4 pairs, not a token-weighted mean of micro-batch shares
+        assert r["reward_acc"] * 4 == pytest.approx(round(r["reward_acc"] * 4)), r["reward_acc"]
     _loads(res.checkpoint)
 
 
@@ -154,3 +156,27 @@ def test_dpo_command(tmp_path, capsys):
         "train.batch_size=2", "data.val_frac=0.25"])
     assert dpo_command.run(args) == 0
     assert "reference log-probs computed" in capsys.readouterr().out
+
+
+def test_dpo_pairs_and_tool_decisions_commands_write_rates_and_compare(tmp_path, capsys):
+    """The measurement commands of docs/results/dpo_tool_hallucination.md on tiny-llama: per-prompt
+    rates with their se, per-point decisions, and the paired comparison against a saved file."""
+    from posttrain.cli import main
+
+    rates = tmp_path / "rates.jsonl"
+    common = ["dpo-pairs", "--model", "tiny-llama", "--envs", "mcq", "--split", "validation", "--n", "2", "--k", "2",
+              "--max-new-tokens", "4", "--out", str(tmp_path / "pairs.jsonl")]
+    assert main([*common, "--rates", str(rates)]) == 0
+    rows = [json.loads(x) for x in rates.read_text().splitlines()]
+    assert [(r["env"], r["samples"]) for r in rows] == [("mcq/none", 2), ("mcq/unfitting", 2)]
+    assert main([*common, "--against", str(rates)]) == 0
+    out = capsys.readouterr().out
+    assert "tool-call rate (all):" in out and "across 2 prompts" in out and "| mcq/none | 1 |" in out
+    assert main([*common, "--against", str(tmp_path / "missing.jsonl")]) == 2
+
+    decisions = tmp_path / "decisions.jsonl"
+    base = ["tool-decisions", "--model", "tiny-llama", "--n", "1", "--max-new-tokens", "4"]
+    assert main([*base, "--out", str(decisions)]) == 0
+    assert main([*base, "--out", str(tmp_path / "again.jsonl"), "--against", str(decisions)]) == 0
+    out = capsys.readouterr().out
+    assert "banking@call_exact" in out and "| banking@plain | 1 |" in out

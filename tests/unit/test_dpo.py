@@ -56,6 +56,7 @@ def test_sft_term_and_pair_normalisation():
     h = (-3 + 4) - (-5 + 4)  # 2
     expect = (math.log(1 + math.exp(-0.5 * h)) + 0.2 * 1.5) / 4  # divided by the step's 4 pairs
     assert out.loss.item() == pytest.approx(expect) and out.metrics["sft_nll"] == pytest.approx(1.5)
+    assert out.metrics_weight == 1.0  # its metrics are per-pair means: the loop weighs them by pairs, not tokens
     out.loss.backward()
     s = 1 / (1 + math.exp(0.5 * h))
     assert lp.grad[0].tolist() == pytest.approx([(-0.5 * s - 0.2 / 2) / 4] * 2)
@@ -138,10 +139,54 @@ def test_tool_hallucination_pairs_from_own_samples():
 
     tasks = [Task(id=f"t{i}", domain="x", messages=[{"role": "user", "content": "2+2?"}]) for i in range(3)]
     gen = FixedReplies([call, "It is 5", "It is 4", "<think>only thinking"])
-    rows, stats = tool_hallucination_pairs(gen, Env(), tasks, k=4, tools="both")
+    rows, stats, rates = tool_hallucination_pairs(gen, Env(), tasks, k=4, tools="both")
     assert gen.tools_seen == [None, UNFITTING_TOOLS, None]
-    assert stats == {"prompts": 3, "samples": 12, "tool_calls": 3, "pairs": 3}
+    assert stats == {"prompts": 3, "samples": 12, "tool_calls": 3, "pairs": 3, "fallback_pairs": 0}
+    assert [(r["env"], r["task_id"], r["reward"], r["tool_calls"]) for r in rates] == [
+        ("toy/none", "t0", 0.25, 1), ("toy/unfitting", "t1", 0.25, 1), ("toy/none", "t2", 0.25, 1)]
     assert all(r["rejected"] == call and r["chosen"] == "It is 4" for r in rows)  # the correct plain answer
     assert rows[1]["tools"] == UNFITTING_TOOLS and rows[0]["tools"] is None
-    rows, stats = tool_hallucination_pairs(FixedReplies(["It is 4"]), Env(), tasks, k=2)
-    assert rows == [] and stats["tool_calls"] == 0  # no hallucination: no pair
+    rows, stats, rates = tool_hallucination_pairs(FixedReplies(["It is 4"]), Env(), tasks, k=2)
+    assert rows == [] and stats["tool_calls"] == 0 and [r["reward"] for r in rates] == [0, 0, 0]  # no pair
+
+
+def test_plain_fallback_takes_the_chosen_reply_from_the_question_without_tools():
+    from posttrain.envs.base import Task, VerifyResult
+    from posttrain.train.dpo_pairs import UNFITTING_TOOLS, tool_hallucination_pairs
+
+    call = "<tool_call>\n<function=get_weather>\n</function>\n</tool_call>"
+
+    class CallsWhenOffered:  # calls a tool whenever tools are offered, answers plainly otherwise
+        def __init__(self):
+            self.seen = []
+
+        def generate(self, prompts, params, tools=None):
+            self.seen.append(list(tools))
+            return [[Completion(call if tl else "It is 4") for _ in range(params.n)] for tl in tools]
+
+    class Env:
+        name = "toy"
+
+        def verify(self, task, messages):
+            return VerifyResult(1.0)
+
+    tasks = [Task(id=f"t{i}", domain="x", messages=[{"role": "user", "content": "2+2?"}]) for i in range(4)]
+    gen = CallsWhenOffered()
+    rows, stats, rates = tool_hallucination_pairs(gen, Env(), tasks, k=2, tools="both")
+    assert rows == [] and [r["reward"] for r in rates] == [0, 1, 0, 1]  # off by default: no pair
+    gen = CallsWhenOffered()
+    rows, stats, rates = tool_hallucination_pairs(gen, Env(), tasks, k=2, tools="both", plain_fallback=True)
+    assert gen.seen[1] == [None, None]  # only the two all-calling prompts are asked again, without tools
+    assert [(r["task_id"], r["tools"], r["chosen"], r["rejected"], r["chosen_without_tools"]) for r in rows] == [
+        ("t1", UNFITTING_TOOLS, "It is 4", call, True), ("t3", UNFITTING_TOOLS, "It is 4", call, True)]
+    assert stats["pairs"] == stats["fallback_pairs"] == 2 and stats["samples"] == 8  # rates: first k only
+
+
+def test_hallucination_rate_se_is_across_prompts():
+    from posttrain.train.dpo_pairs import rate_and_se
+
+    # prompts with rates 1, 0, 0.5, 0.5: mean 0.5, sample variance (0.25+0.25+0+0)/3 = 1/6, se sqrt(1/6/4)
+    mean, se = rate_and_se([1.0, 0.0, 0.5, 0.5])
+    assert mean == 0.5 and se == pytest.approx((1 / 24) ** 0.5)
+    assert rate_and_se([0.25]) == (0.25, 0.0)
+    assert all(math.isnan(x) for x in rate_and_se([]))

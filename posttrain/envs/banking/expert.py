@@ -2,7 +2,9 @@
 conversation tells it (the customer's answers and tool observations), never the hidden facts.
 
 Uses: end-to-end tests of episodes, readable sample conversations (docs/env_samples/banking.md),
-and expert demonstrations for an SFT warm start of the tool-use domain. It is a generator: it
+expert demonstrations for an SFT warm start of the tool-use domain (``posttrain make-data banking``,
+``data/tool_demos.py``) and the decision points of ``eval/tool_decisions.py``
+(``verified_conversation``). It is a generator: it
 yields assistant messages and is sent each step's observation messages.
 
     policy = expert_agent(task)
@@ -83,3 +85,18 @@ def play(episode: Episode, policy: Policy) -> tuple[list[Message], StepResult]:
         if step.done:
             return transcript, step
         message = policy.send(step.observations)
+
+
+class ExpertFailed(RuntimeError):
+    """The scripted expert did not solve a task: a bug in the expert or the environment."""
+
+
+def verified_conversation(env: Any, task: Task) -> list[Message]:
+    """The task's prompt plus the expert's whole episode, graded by ``env``; raises
+    :class:`ExpertFailed` unless the reward is 1 (so demonstrations never teach a wrong action)."""
+    transcript, _ = play(env.start_episode(task), expert_agent(task))
+    messages = [*task.messages, *transcript]
+    result = env.verify(task, messages)
+    if result.reward < 1.0:
+        raise ExpertFailed(f"the banking expert failed {task.id}: {result.reason}")
+    return messages
