@@ -58,6 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from posttrain.configs.pipeline import QUICK, PipelineConfig
+from posttrain.experiments import pipeline_report
 from posttrain.experiments.pipeline_report import binomial_se, columns, validation_gains
 from posttrain.experiments.stages import cached_stage, make_data, measure, run_sft
 
@@ -245,6 +246,7 @@ def report(run_dir: Path, before: dict[str, Any], after: dict[str, Any], sft: di
            arm: dict[str, Any] | None = None, after_arm: dict[str, Any] | None = None) -> str:
     """The stdout table (each accuracy ± its standard error), the paired gains of each stage,
     ``report.json`` and ``report.png``."""
+    stage_s = sum(st.get("seconds", 0.0) for st in pipeline_report._stages(run_dir).values())
     cols = columns(before, after, after_rl, after_arm)
     digits = sorted(set().union(*(c["accuracy_by_digits"] for _, c in cols)), key=int)
     n = before["n_eval"]
@@ -297,7 +299,8 @@ def report(run_dir: Path, before: dict[str, Any], after: dict[str, Any], sft: di
                              + (f"   RL − longer SFT {_gain(g)}" if g else ""))
     lines += [
         "",
-        f"  {n} held-out problems; total time {total_s / 60:.1f} min; report in {run_dir}/report.md",
+        f"  {n} held-out problems; stages {stage_s / 60:.1f} min wall summed (this invocation {total_s / 60:.1f} min: "
+        f"a resumed run reuses finished stages); report in {run_dir}/report.md",
     ]
     text = "\n".join(lines)
     (run_dir / "report.json").write_text(json.dumps({"before": before, "after": after, "sft": sft, "rl": rl,
@@ -493,8 +496,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(cfg: PipelineConfig, run_dir: Path, command: str) -> int:
-    from posttrain.experiments import pipeline_report
-
     t0 = time.time()
     data = cached_stage(run_dir, "data", lambda: make_data(cfg, run_dir))
     before = cached_stage(run_dir, "before", lambda: measure(cfg, cfg.model, data))
