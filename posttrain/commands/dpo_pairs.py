@@ -39,7 +39,8 @@ def run(args: argparse.Namespace) -> int:
 
     from posttrain.envs.base import make_env
     from posttrain.envs.genrm.judge import make_generator
-    from posttrain.train.dpo_pairs import rate_and_se, tool_hallucination_pairs
+    from posttrain.eval.compare import mean_and_se
+    from posttrain.train.dpo_pairs import tool_hallucination_pairs
 
     gen = make_generator(args.model)
     rows, total, rates = [], {}, []
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     groups = {"all": rates, **{f"tools={o}": [r for r in rates if r["tools"] == o] for o in ("none", "unfitting")}}
     for label, group in groups.items():
         if group:
-            mean, se = rate_and_se([r["reward"] for r in group])
+            mean, se = mean_and_se([r["reward"] for r in group])
             print(f"[dpo-pairs] tool-call rate ({label}): {mean:.1%} ± {se:.1%} (se across {len(group)} prompts, "
                   f"{sum(r['tool_calls'] for r in group)}/{sum(r['samples'] for r in group)} samples)")
     print(f"[dpo-pairs] {len(rows)} pairs: {out}")

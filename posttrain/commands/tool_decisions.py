@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     from posttrain.commands.validate import format_gains
     from posttrain.engines.hf import HFGenerator
     from posttrain.eval.tool_decisions import banking_decision_points, per_task, score_decisions
-    from posttrain.train.dpo_pairs import rate_and_se
+    from posttrain.eval.compare import mean_and_se
 
     points = banking_decision_points(args.split, args.n, args.seed)
     rows = score_decisions(HFGenerator.from_spec(args.model), points, args.max_new_tokens)
@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     tasks = per_task(rows)
     for env in ("banking@call", "banking@call_exact", "banking@plain"):
-        mean, se = rate_and_se(list(tasks.get(env, {}).values()))
+        mean, se = mean_and_se(list(tasks.get(env, {}).values()))
         n_points = sum(r["env"] == env for r in rows)
         print(f"[tool-decisions] {env}: {mean:.1%} ± {se:.1%} (mean of per-task means, se across "
               f"{len(tasks.get(env, {}))} tasks; {n_points} points)")

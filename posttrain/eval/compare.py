@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +31,16 @@ class PairedGain:
     lost: int  # tasks whose reward fell
 
 
+def mean_and_se(xs: Sequence[float]) -> tuple[float, float]:
+    """Mean of per-unit values (tasks, prompts) and its standard error across units: sample sd /
+    sqrt(n); 0 with one unit, (nan, nan) with none."""
+    n = len(xs)
+    if not n:
+        return float("nan"), float("nan")
+    mean = sum(xs) / n
+    return mean, (math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1) / n) if n > 1 else 0.0)
+
+
 def paired_gain(before: Mapping[str, float], after: Mapping[str, float]) -> PairedGain:
     """Mean gain over the tasks both maps score, with its paired standard error."""
     ids = sorted(before.keys() & after.keys())
@@ -38,8 +48,7 @@ def paired_gain(before: Mapping[str, float], after: Mapping[str, float]) -> Pair
         raise ValueError("no task is scored in both results: were they made with the same validation tasks?")
     d = [after[i] - before[i] for i in ids]
     n = len(d)
-    mean_d = sum(d) / n
-    se = math.sqrt(sum((x - mean_d) ** 2 for x in d) / (n - 1) / n) if n > 1 else 0.0
+    mean_d, se = mean_and_se(d)
     return PairedGain(
         n=n, before=sum(before[i] for i in ids) / n, after=sum(after[i] for i in ids) / n, gain=mean_d, se=se,
         gained=sum(x > 0 for x in d), lost=sum(x < 0 for x in d),

@@ -20,7 +20,7 @@ The recipe's use of DPO (docs/recipe.md §4): a reasoning model asked a plain qu
 
 **The hallucination rate** is measured per prompt: the share of a prompt's k samples that call a
 tool, averaged over prompts, with the standard error of that mean across prompts
-(:func:`rate_and_se`). A per-sample binomial error would be too small: the k samples of one prompt
+(``eval.compare.mean_and_se``). A per-sample binomial error would be too small: the k samples of one prompt
 are not independent (a prompt that invites a call invites it in most samples). The per-prompt
 rates (:func:`tool_hallucination_pairs`' third value; ``posttrain dpo-pairs --rates OUT``) are rows
 in the format ``posttrain validate`` writes (``env``, ``task_id``, ``reward`` = the prompt's rate),
@@ -58,16 +58,6 @@ def hallucination_prompts(tasks: Sequence[Any], tools: Literal["none", "unfittin
         offer = tools == "unfitting" or (tools == "both" and i % 2 == 1)
         out.append((t, list(UNFITTING_TOOLS) if offer else None))
     return out
-
-
-def rate_and_se(rates: Sequence[float]) -> tuple[float, float]:
-    """Mean of per-prompt rates and its standard error across prompts (0 with fewer than 2)."""
-    n = len(rates)
-    if not n:
-        return float("nan"), float("nan")
-    mean = sum(rates) / n
-    se = (sum((r - mean) ** 2 for r in rates) / (n - 1) / n) ** 0.5 if n > 1 else 0.0
-    return mean, se
 
 
 def tool_hallucination_pairs(generator: Any, env: Any, tasks: Sequence[Any], k: int = 4,

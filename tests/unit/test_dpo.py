@@ -183,10 +183,10 @@ def test_plain_fallback_takes_the_chosen_reply_from_the_question_without_tools()
 
 
 def test_hallucination_rate_se_is_across_prompts():
-    from posttrain.train.dpo_pairs import rate_and_se
+    from posttrain.eval.compare import mean_and_se
 
     # prompts with rates 1, 0, 0.5, 0.5: mean 0.5, sample variance (0.25+0.25+0+0)/3 = 1/6, se sqrt(1/6/4)
-    mean, se = rate_and_se([1.0, 0.0, 0.5, 0.5])
+    mean, se = mean_and_se([1.0, 0.0, 0.5, 0.5])
     assert mean == 0.5 and se == pytest.approx((1 / 24) ** 0.5)
-    assert rate_and_se([0.25]) == (0.25, 0.0)
-    assert all(math.isnan(x) for x in rate_and_se([]))
+    assert mean_and_se([0.25]) == (0.25, 0.0)
+    assert all(math.isnan(x) for x in mean_and_se([]))
