@@ -6,7 +6,8 @@ each parallel region waits for the thread whose core is taken. Two settings, app
 before torch starts (so ``OMP_*`` variables are still read), each only when the user has not set it:
 
 * ``OMP_NUM_THREADS``: one thread per *idle* core at start — cores minus the cores busy over a
-  quarter of a second (``/proc/stat``, the CPUs this process may run on), rounded, at least 1 — so
+  tenth of a second (``/proc/stat``, the CPUs this process may run on; 10 clock ticks a CPU, enough
+  to round to whole cores, and every command pays it at start), rounded, at least 1 — so
   a busy machine gets 1 thread and an idle one all its cores. Not the 1-minute load average: on
   this project's VMs it idles at 0.4–1.0 with the CPUs 99.6% idle (kernel threads such as
   ``kdamond`` count), which rounded a 2-core idle machine down to 1 thread whenever it read above
@@ -42,7 +43,7 @@ def cpu_times(cpus: set[int], stat: str = "/proc/stat") -> tuple[float, float] |
     return (busy, total) if total else None
 
 
-def busy_cores(cpus: set[int], interval: float = 0.25, stat: str = "/proc/stat") -> float | None:
+def busy_cores(cpus: set[int], interval: float = 0.1, stat: str = "/proc/stat") -> float | None:
     """How many of ``cpus`` other work kept busy over ``interval`` seconds; None without /proc/stat."""
     import time
 
@@ -56,7 +57,7 @@ def busy_cores(cpus: set[int], interval: float = 0.25, stat: str = "/proc/stat")
     return len(cpus) * (second[0] - first[0]) / (second[1] - first[1])
 
 
-def idle_cores(interval: float = 0.25) -> int:
+def idle_cores(interval: float = 0.1) -> int:
     """Cores this process may use minus the busy ones (``busy_cores``; the 1-minute load average
     where /proc/stat is missing), rounded, at least 1."""
     try:

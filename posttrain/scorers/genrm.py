@@ -29,6 +29,7 @@ nothing; a constant judge makes every group flat), ``think_len_mean``, ``answer_
 
 from __future__ import annotations
 
+import statistics
 import time
 from typing import Any, Sequence
 
@@ -48,11 +49,8 @@ def group_indices(rollouts: Sequence[Any]) -> list[list[int]]:
 
 
 def group_std(values: Sequence[float]) -> float:
-    """Population standard deviation of one group's rewards (0 for a flat group or a group of one)."""
-    if len(values) < 2 or max(values) == min(values):
-        return 0.0
-    mean = sum(values) / len(values)
-    return (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5
+    """Population standard deviation of one group's rewards (exactly 0 for a flat group or a group of one)."""
+    return statistics.pstdev(values) if len(values) > 1 else 0.0
 
 
 class GenRMReward:

@@ -10,7 +10,7 @@ from posttrain.models import threads
 
 def test_idle_cores_follow_the_load_where_proc_stat_is_missing(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
-    monkeypatch.setattr(threads, "busy_cores", lambda cpus, interval=0.25: None)
+    monkeypatch.setattr(threads, "busy_cores", lambda cpus, interval=0.1: None)
     for load, want in ((0.1, 2), (0.7, 1), (1.4, 1), (9.0, 1)):
         monkeypatch.setattr(os, "getloadavg", lambda load=load: (load, load, load))
         assert threads.idle_cores() == want, load
@@ -37,7 +37,7 @@ def test_idle_cores_from_busy_cores(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     monkeypatch.setattr(os, "getloadavg", lambda: (0.9, 0.9, 0.9))  # the phantom load of an idle VM: ignored
     for busy, want in ((0.004, 2), (0.4, 2), (0.6, 1), (1.0, 1), (2.0, 1)):
-        monkeypatch.setattr(threads, "busy_cores", lambda cpus, interval=0.25, busy=busy: busy)
+        monkeypatch.setattr(threads, "busy_cores", lambda cpus, interval=0.1, busy=busy: busy)
         assert threads.idle_cores() == want, busy
 
 
