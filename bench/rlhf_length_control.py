@@ -46,11 +46,12 @@ def length_stats(rows: list[dict[str, Any]], key: str) -> tuple[float, float]:
 
 
 def paired_len(a: list[dict[str, Any]], b: list[dict[str, Any]], key: str) -> tuple[float, float]:
-    """Mean of b − a over the same tasks, with its paired se."""
-    ka = {(r["env"], r["task_id"]): r[key] for r in a if r.get(key) is not None}
-    d = [float(r[key]) - float(ka[(r["env"], r["task_id"])]) for r in b if (r["env"], r["task_id"]) in ka
-         and r.get(key) is not None]
-    return mean_se(d) if d else (math.nan, math.nan)
+    """Mean of b − a over the same tasks, with its paired se (``eval.compare.paired_gain``)."""
+    ka, kb = ({f"{r['env']}/{r['task_id']}": float(r[key]) for r in rows if r.get(key) is not None} for rows in (a, b))
+    if not ka.keys() & kb.keys():
+        return math.nan, math.nan
+    g = paired_gain(ka, kb)
+    return g.gain, g.se
 
 
 def summarize(run: Path) -> dict[str, Any]:
