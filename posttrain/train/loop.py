@@ -203,10 +203,17 @@ def setup(cfg: StageConfig, lora: LoRAConfig | None = None, freeze_routers: bool
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": cfg.optim.weight_decay},
               {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]  # norms, biases: no decay
-    opt = torch.optim.AdamW(groups, lr=cfg.optim.lr, betas=(cfg.optim.beta1, cfg.optim.beta2), eps=cfg.optim.eps)
+    # fused AdamW (one kernel over all parameters; fp32 states as before): the step of the 135M
+    # embedded model took 0.077 +- 0.004 s instead of 0.300 +- 0.011 s (1 thread, 4 alternating
+    # repeats, load 2.5-2.9), ~3.5% of an SFT step. torch has the fused kernel on CPU and CUDA only.
+    fused = True if str(device).split(":")[0] in ("cpu", "cuda") else None
+    opt = torch.optim.AdamW(groups, lr=cfg.optim.lr, betas=(cfg.optim.beta1, cfg.optim.beta2), eps=cfg.optim.eps,
+                            fused=fused)
     start = 0
     if resume_from is not None:
         _load_optimizer(opt, state.pop("optimizer", {}), model, ranks, resume_from)
+        for g in opt.param_groups:  # a checkpoint's groups carry the writer's flags: keep this run's kernel
+            g["fused"] = fused
         if main:
             set_rng_state(state.pop("rng"))
             start = state.pop("step")
