@@ -103,6 +103,12 @@ def profile_step(model, opt, examples, pad_id: int, seq: int, precision: str, vo
     return out
 
 
+def make_optimizer(model):
+    """AdamW as the training loop builds it (``train/loop.py``: fused, fp32 states), for every trainer
+    here, the anchor included (transformers' Trainer defaults to adamw_torch_fused with torch >= 2.8)."""
+    return torch.optim.AdamW(model.parameters(), lr=1e-5, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
+
+
 def make_examples(tok, n: int, seed: int):
     from posttrain.data.synthetic import arithmetic_rows
     from posttrain.train.sft import tokenize_rows
@@ -195,7 +201,7 @@ def main() -> int:
     init = {k: v.clone() for k, v in model.state_dict().items()}
     for name, step in trainers.items():
         model.load_state_dict(init)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-5, betas=(0.9, 0.95), weight_decay=0.1)
+        opt = make_optimizer(model)
         step(batches[0])  # warm-up
         times, tokens = [], 0
         for ex in batches[1:]:
@@ -213,7 +219,7 @@ def main() -> int:
     prof = None
     if args.profile:
         model.load_state_dict(init)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-5, betas=(0.9, 0.95), weight_decay=0.1)
+        opt = make_optimizer(model)
         model.set_attn_implementation(auto_attention)
         posttrain_step(model, opt, batches[0], pad_id, args.seq, precision)
         prof = profile_step(model, opt, batches[1], pad_id, args.seq, precision, model.config.vocab_size)
