@@ -312,7 +312,9 @@ def report(run_dir: Path, before: dict[str, Any], after: dict[str, Any], sft: di
 
 def _gain(g: dict[str, Any]) -> str:
     star = "*" if abs(g["gain"]) > 2 * g["se"] else " "
-    return f"{g['gain']:+6.1%} ± {g['se']:.1%}{star} (+{g['gained']}/-{g['lost']})"
+    guess = (f"  † {100 * g['one_letter'][1]:.0f}% of answers {g['one_letter'][0]}: a constant guess, not counted"
+             if "one_letter" in g else "")  # pipeline_report.validation_gains
+    return f"{g['gain']:+6.1%} ± {g['se']:.1%}{star} (+{g['gained']}/-{g['lost']}){guess}"
 
 
 def stage_gains(before: dict[str, Any], after: dict[str, Any], after_rl: dict[str, Any] | None = None,
