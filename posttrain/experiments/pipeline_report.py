@@ -87,6 +87,10 @@ def write(run_dir: Path, cfg: PipelineConfig, command: str, sections: dict[str, 
         "| answer accuracy | " + " | ".join(_pm(c["accuracy"], n) for _, c in cols) + " |",
         "| uses the answer format | " + " | ".join(_pm(c["answer_format_rate"], n) for _, c in cols) + " |",
     ]
+    if any("sampled_accuracy" in c for _, c in cols):
+        k, temp = next((c["sampled_k"], c["sampled_temperature"]) for _, c in cols if "sampled_accuracy" in c)
+        L.append(f"| sampled accuracy ({k} samples at T={temp:g}) | " + " | ".join(
+            f"{c['sampled_accuracy']:.1%}" if "sampled_accuracy" in c else "—" for _, c in cols) + " |")
     for d in digits:
         L.append(f"| {d}-digit operands | " + " | ".join(
             f"{c['accuracy_by_digits'].get(d, float('nan')):.1%}" for _, c in cols) + " |")
@@ -106,6 +110,17 @@ def write(run_dir: Path, cfg: PipelineConfig, command: str, sections: dict[str, 
         beyond = "yes" if abs(a["gain"]) > 2 * a["se"] else "no"
         L.append(f"| {name} | {a['gain']:+.1%} ± {a['se']:.1%} | {a['gained']} / {a['lost']} | "
                  f"{f['gain']:+.1%} ± {f['se']:.1%} | {beyond} |")
+    sampled = {name: g["sampled"] for name, g in rep.get("gains", {}).items() if "sampled" in g}
+    if sampled:
+        L += ["", "Sampled accuracy: each problem answered "
+              f"{k} times at the RLVR stage's temperature ({temp:g}), scored by the fraction right (pass@1 "
+              "estimated from k samples, docs/recipe.md §7): the quantity GRPO raises. Greedy decoding picks "
+              "each step's likeliest token, so sharpening the policy towards answers it already gives most "
+              "often shows here before it changes a greedy answer.", "",
+              "| comparison | sampled accuracy gain ± paired se | problems up / down | beyond 2 se |", "|---|---|---|---|"]
+        for name, g in sampled.items():
+            L.append(f"| {name} | {g['gain']:+.1%} ± {g['se']:.1%} | {g['gained']} / {g['lost']} | "
+                     f"{'yes' if abs(g['gain']) > 2 * g['se'] else 'no'} |")
     rl = rep.get("rl")
     if rl:
         L += ["", f"## RLVR ({rl['steps']} GRPO steps on {', '.join(rl['trained_domains'])})", "",
