@@ -10,8 +10,10 @@ excludes checkpoint writes; TRL: a callback around each optimizer step).
 
 What differs, by design (it is what is being compared):
 
-* sampling: posttrain's ``HFGenerator`` (shared prefill, finished rows dropped) vs
-  ``model.generate`` inside TRL;
+* sampling: posttrain's ``HFGenerator`` (shared prefill, finished rows dropped; bf16 sampling
+  weights where the precision probe says bf16 is faster, ``rollout.engine.dtype: auto``, the
+  trainer in fp32 either way) vs ``model.generate`` on the fp32 model inside TRL (TRL's ``bf16``
+  flag would also train in bf16, which the RL numerics rule out: models/precision.py);
 * the update: posttrain packs rows (no padding) and computes logits only at completion positions;
   TRL trains every rollout in one padded batch, with logits over the last completion-length
   positions of every row. Neither runs an extra forward pass for the old log-probs (TRL skips it
@@ -77,7 +79,10 @@ def run_posttrain(model: str, steps: int, run_dir: Path, mode: str = "skip", thr
     mean = lambda k: sum(r[k] for r in rows) / len(rows)  # noqa: E731
     return {"s_per_step": mean("step_s"), "generate_s": mean("time_generate_s"), "verify_s": mean("time_verify_s"),
             "train_s": mean("time_train_s"), "rollouts_trained": mean("rollouts_trained"),
-            "reward": mean("reward"), "rollouts_per_step": [r["rollouts_trained"] for r in rows]}
+            "reward": mean("reward"), "rollouts_per_step": [r["rollouts_trained"] for r in rows],
+            # rollout.engine.dtype=auto: bf16 sampling weights where the probe says bf16 is faster
+            "sampling_precision": next((r["sampling_precision"] for r in read_metrics(run_dir)
+                                        if "sampling_precision" in r), "fp32")}
 
 
 def run_trl(model_spec: str, steps: int, out_dir: Path) -> dict[str, Any]:
@@ -147,7 +152,8 @@ def main() -> None:
     load_after = os.getloadavg()[0]
     ratio = {m: theirs["s_per_step"] / o["s_per_step"] for m, o in ours.items()}
     for m, o in ours.items():
-        print(f"posttrain rl ({m:5s}): {o['s_per_step']:.1f} s/step (generate {o['generate_s']:.1f}, verify "
+        print(f"posttrain rl ({m:5s}): {o['s_per_step']:.1f} s/step ({o['sampling_precision']} sampling weights; "
+              f"generate {o['generate_s']:.1f}, verify "
               f"{o['verify_s']:.2f}, train {o['train_s']:.1f}; {o['rollouts_trained']:.0f} of "
               f"{PROMPTS * GROUP} rollouts trained) -> {ratio[m]:.2f}x TRL")
     print(f"TRL GRPO           : {theirs['s_per_step']:.1f} s/step ({PROMPTS * GROUP} rollouts trained)")

@@ -17,9 +17,9 @@ batch, so a decode step cannot beat ``bytes_read / bandwidth`` seconds. The benc
    the batch stays at B) and times decode alone: (time of a full generation − time of a 1-token
    generation, i.e. the prefill) / decoded tokens.
 
-Levers measured, each at every batch, interleaved round by round: fp32 sampling weights (the
-default) and bf16 sampling weights (``rollout.engine: {type: hf, dtype: bf16}``, an fp32 policy's
-bf16 copy); the bf16 row reports the log-prob error against fp32 on the fp32 engine's own samples
+Levers measured, each at every batch, interleaved round by round: fp32 sampling weights and bf16
+sampling weights (an fp32 policy's bf16 copy; ``rollout.engine.dtype: auto``, the default, picks it
+where the precision probe says bf16 is faster); the bf16 row reports the log-prob error against fp32 on the fp32 engine's own samples
 (teacher-forced). Also timed once at the largest batch: the share of a decode step spent in the
 sampler (``sample_next`` over the logits), which bounds what a fused sampler could win. Threads
 are measured by bench/threads.py.
@@ -196,16 +196,20 @@ def main() -> None:
     print(f"bf16 sampling weights: mean |log-prob − fp32 sampler's| = {lp_err:.4f} nat/token (8 rows of batch "
           f"{max(batches)}, teacher-forced)")
     print(f"sampler share of decode time (fp32, batch {max(batches)}): {100 * share:.1f}% (bounds a fused sampler's gain)")
-    head = next(r for r in table if r["weights"] == "fp32" and r["batch"] == max(batches))
+    from posttrain.models.precision import resolve
+
+    default = resolve("auto", "sampling").precision  # what rollout.engine.dtype=auto samples with here
+    head = next(r for r in table if r["weights"] == default and r["batch"] == max(batches))
     row = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "bench": "rollout_throughput",
            "kind": "bandwidth_limit", "model": args.model, "args": vars(args), "bandwidth_read_gbs": read_gbs,
            "bandwidth_copy_gbs": copy_gbs, "peak_gflops": peak, "prompt_tokens": prompt_len, "table": table,
-           "bf16_logprob_error": lp_err, "sampler_share": share,
+           "bf16_logprob_error": lp_err, "sampler_share": share, "default_sampling_weights": default,
            "machine": machine(load_before, load_after, threads=args.threads),
            "commit": commit()}
     if not args.no_save:
         append_row(RESULTS, row)
-    print(f"RESULT rollout_throughput: {head['frac_bandwidth']:.2f} of bandwidth limit (HFGenerator fp32 decode "
+    print(f"RESULT rollout_throughput: {head['frac_bandwidth']:.2f} of bandwidth limit (HFGenerator {default} decode, "
+          f"the default (auto) sampling weights here: "
           f"{head['tokens_per_s']:.0f} tok/s at batch {max(batches)} vs {head['bandwidth_limit']:.0f} tok/s limit; "
           f"{head['frac_roofline']:.2f} of the roofline)")
 

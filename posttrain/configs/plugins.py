@@ -128,11 +128,12 @@ class HFEngineConfig(StrictModel):
     type: Literal["hf"] = "hf"
     max_prefill_tokens: int = Field(8192, ge=1)
     """Bound on rows × padded prompt length of one prefill (memory of long-context prompts)."""
-    dtype: Literal["fp32", "bf16"] = "fp32"
-    """Sampling weights. ``bf16``: decode from a bf16 copy of the policy (refreshed after every
-    update) — faster where bf16 matmuls are (bench/rollout_throughput.py), but the sampled
-    log-probs, the RL ratio's behaviour policy, then differ from the fp32 trainer's by ~0.04 nat per
-    token (models/precision.py), so it is opt-in."""
+    dtype: Literal["auto", "fp32", "bf16"] = "auto"
+    """Weights that *sample* (greedy decoding always runs on the live fp32 module, so validation
+    matches ``posttrain validate``). ``bf16``: decode from a bf16 copy of the policy, refreshed after
+    every update; its sampled log-probs differ from the fp32 trainer's by ~0.04 nat per token, which
+    the loss's masked importance weights correct (models/precision.py). ``auto``: bf16 where the
+    machine's matmul probe says bf16 is faster, else fp32."""
 
 
 class VLLMEngineConfig(StrictModel):

@@ -155,7 +155,8 @@ class HFGenerator(TokenEngine):
             raise ValueError("batch_size and max_prefill_tokens must be >= 1")
         if dtype not in ("fp32", "bf16"):
             raise ValueError(f"dtype must be fp32 or bf16, got {dtype!r}")
-        self.model = model.eval()  # what decodes: the live module, or its bf16 copy
+        self.live = model.eval()  # the trainer's module: greedy decoding always runs on it
+        self.model = self.live  # what samples: the live module, or its bf16 copy
         if dtype == "bf16" and next(model.parameters()).dtype != torch.bfloat16:
             import copy
 
@@ -179,7 +180,7 @@ class HFGenerator(TokenEngine):
         the live module)."""
         import torch
 
-        if self.model is model:
+        if self.model is self.live:
             return
         with torch.no_grad():
             for dst, src in zip(self.model.parameters(), model.parameters()):
@@ -230,7 +231,7 @@ class HFGenerator(TokenEngine):
                 g.append(i)
         return groups
 
-    def _prefill(self, unique: list[list[int]], cache: Any) -> tuple[Any, Any, Any]:
+    def _prefill(self, net: Any, unique: list[list[int]], cache: Any) -> tuple[Any, Any, Any]:
         """Left-padded prefill: (last-position logits [U, V], attention mask [U, W], next positions [U])."""
         import torch
 
@@ -242,7 +243,7 @@ class HFGenerator(TokenEngine):
             attention[i, width - len(p):] = 1
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
         dev = self.device
-        logits = self.model(
+        logits = net(
             input_ids=input_ids.to(dev), attention_mask=attention.to(dev), position_ids=positions.to(dev),
             use_cache=True, logits_to_keep=1, **{self.cache_kwarg: cache},
         ).logits[:, -1].float()
@@ -259,9 +260,12 @@ class HFGenerator(TokenEngine):
         # prefilled once; the cache rows are then repeated to one per sample
         unique: dict[tuple[int, ...], int] = {}
         owner = [unique.setdefault(tuple(p), len(unique)) for p in prompts]
+        # greedy decoding is a measurement (validation, evals): it runs on the fp32 module even when
+        # sampling uses a bf16 copy, so its results do not depend on the machine's sampling precision
+        net = self.live if params.temperature == 0 else self.model
         with torch.inference_mode():
-            cache = DynamicCache(config=self.model.config)
-            logits, attention, next_pos = self._prefill([list(u) for u in unique], cache)
+            cache = DynamicCache(config=net.config)
+            logits, attention, next_pos = self._prefill(net, [list(u) for u in unique], cache)
             expand = torch.tensor([owner[r.prompt] for r in rows])
             if len(rows) != len(unique):
                 cache.reorder_cache(expand.to(dev))
@@ -287,7 +291,7 @@ class HFGenerator(TokenEngine):
                     tokens, attention, next_pos = tokens[sel.to(dev)], attention[sel], next_pos[sel]
                     live = [live[b] for b in keep]
                 attention = torch.cat([attention, torch.ones((len(live), 1), dtype=torch.long)], dim=1)
-                logits = self.model(
+                logits = net(
                     input_ids=tokens[:, None], attention_mask=attention.to(dev), position_ids=next_pos[:, None].to(dev),
                     use_cache=True, **{self.cache_kwarg: cache},
                 ).logits[:, -1].float()

@@ -475,5 +475,7 @@ class McqEnv(Environment):
         if choice.letter is None:
             return VerifyResult(0.0, {"format": 0.0, "correct": 0.0}, choice.reason)
         score = 1.0 if choice.letter == task.ground_truth else 0.0
-        reason = "correct" if score else f"wrong_answer: chose {choice.letter}"
+        # the letter in both reasons: a policy that answers one letter whatever the question shows
+        # in the validation records (eval/compare.py: modal_choice)
+        reason = f"correct: chose {choice.letter}" if score else f"wrong_answer: chose {choice.letter}"
         return VerifyResult(score, {"format": 1.0, "correct": score}, reason)

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,4 +70,33 @@ def read_task_rewards(path: str | Path) -> dict[str, dict[str, float]]:
         except (ValueError, KeyError, TypeError) as e:
             raise ValueError(f"{path}:{n}: not a validation row ({e}); expected "
                              '{"env": ..., "task_id": ..., "reward": ...}') from e
+    return out
+
+
+ONE_LETTER = 0.9
+"""Share of a multiple-choice model's answers on one letter above which its score is a constant
+guess: options are shuffled per question, so answers that read the question spread over the letters
+(~1/4 each), while a policy that learned only to answer "C" earns chance (1/4) with every answer C.
+The pipeline's RLVR stage did exactly this on the mcq environment (docs/results/pipeline.md)."""
+_CHOICE = re.compile(r"\bchose ([A-Z])\b")
+
+
+def modal_choice(reasons: Sequence[str]) -> tuple[str, float, int] | None:
+    """The most frequent answer letter among verifier reasons that name one (``chose X``), its share
+    of them and their number; None when none names a letter (not a multiple-choice environment)."""
+    letters = Counter(m.group(1) for r in reasons if (m := _CHOICE.search(r)))
+    if not letters:
+        return None
+    letter, count = letters.most_common(1)[0]
+    n = sum(letters.values())
+    return letter, count / n, n
+
+
+def read_task_reasons(path: str | Path) -> dict[str, list[str]]:
+    """``{env: [verifier reason of each task]}`` from a per-task validation JSONL."""
+    out: dict[str, list[str]] = {}
+    for line in Path(path).read_text().splitlines():
+        if line.strip():
+            row = json.loads(line)
+            out.setdefault(str(row["env"]), []).append(str(row.get("reason", "")))
     return out

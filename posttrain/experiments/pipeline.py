@@ -8,15 +8,17 @@ Stages:
                   math environment's verifier, split by operand size;
 3. **sft**      — supervised fine-tuning (train/sft.py) on the generated set;
 4. **after**    — the same measurements on the fine-tuned checkpoint;
-5. **rlvr**     — GRPO (train/rl.py) from the SFT checkpoint on several environments at once
-                  (``rl_mix``): by default ``arithmetic`` — the train split of the very problems the
-                  held-out accuracy measures — and ``mcq``, multiple choice that the arithmetic SFT
-                  data never taught (the SFT model rarely names a letter); reasoning-on prompts and
-                  the token budget of the measurement. Validated greedily on ``rl_val_tasks`` held-out
-                  tasks per domain at the first and last step, with paired gains per domain and over
-                  every task pooled. Arithmetic alone (16 steps, 3 learning rates) never moved the
-                  held-out accuracy beyond noise: the SFT model's errors are arithmetic facts, which
-                  sampling finds right only by chance (docs/results/pipeline.md). ``--no-rlvr`` skips it;
+5. **rlvr**     — GRPO (train/rl.py) from the SFT checkpoint on ``rl_mix``: by default ``arithmetic``
+                  alone, the train split of the very problems the held-out accuracy measures;
+                  reasoning-on prompts and the token budget of the measurement. Validated greedily
+                  on ``rl_val_tasks`` held-out tasks per domain at the first and last step. What it
+                  buys is measured on the held-out problems as *sampled* accuracy (``eval_samples``
+                  answers per problem at its temperature): 24 steps sharpen the policy towards the
+                  answers it already gives most often, which greedy decoding does not see. Greedy
+                  accuracy has not moved beyond noise in any configuration tried (arithmetic alone,
+                  three learning rates; with ``math``), and ``mcq`` in the mix learned to answer "C"
+                  to every question, a constant guess at chance that the report marks and does not
+                  count (docs/results/pipeline.md). ``--no-rlvr`` skips it;
 6. **after_rl** — the arithmetic measurements on the RL checkpoint;
    **sft_arm** (``--sft-arm``) — SFT continued from the SFT checkpoint for the RLVR stage's wall
                   time, then **after_sft_arm**, its measurements, and **sft_arm_rl_validation**, the
@@ -273,6 +275,10 @@ def report(run_dir: Path, before: dict[str, Any], after: dict[str, Any], sft: di
     ]
     for d in digits:
         lines.append(_row(f"  {d}-digit operands", [f"{c['accuracy_by_digits'].get(d, float('nan')):.1%}" for _, c in cols]))
+    if any("sampled_accuracy" in c for _, c in cols):
+        k, temp = next((c["sampled_k"], c["sampled_temperature"]) for _, c in cols if "sampled_accuracy" in c)
+        lines.append(_row(f"sampled accuracy ({k} at T={temp:g})",
+                          [f"{c['sampled_accuracy']:.1%}" if "sampled_accuracy" in c else "—" for _, c in cols]))
     lines += [
         _row("uses the answer format", [_pct(c["answer_format_rate"], n) for _, c in cols]),
         _row("mean reply tokens", [f"{c['mean_reply_tokens']:.1f}" for _, c in cols]),
@@ -281,6 +287,8 @@ def report(run_dir: Path, before: dict[str, Any], after: dict[str, Any], sft: di
     ]
     for name, g in gains.items():
         lines.append(f"    {name:26s} accuracy {_gain(g['accuracy'])}   answer format {_gain(g['format'])}")
+        if "sampled" in g:
+            lines.append(f"    {'':26s} sampled  {_gain(g['sampled'])}")
     if rl:
         lines += ["", f"  RLVR held-out validation reward (greedy, {rl['val_tasks']} tasks per domain), "
                       f"step 0 → {rl['steps']}:"]
@@ -312,7 +320,9 @@ def report(run_dir: Path, before: dict[str, Any], after: dict[str, Any], sft: di
 
 def _gain(g: dict[str, Any]) -> str:
     star = "*" if abs(g["gain"]) > 2 * g["se"] else " "
-    return f"{g['gain']:+6.1%} ± {g['se']:.1%}{star} (+{g['gained']}/-{g['lost']})"
+    guess = (f"  † {100 * g['one_letter'][1]:.0f}% of answers {g['one_letter'][0]}: a constant guess, not counted"
+             if "one_letter" in g else "")  # pipeline_report.validation_gains
+    return f"{g['gain']:+6.1%} ± {g['se']:.1%}{star} (+{g['gained']}/-{g['lost']}){guess}"
 
 
 def stage_gains(before: dict[str, Any], after: dict[str, Any], after_rl: dict[str, Any] | None = None,
@@ -332,6 +342,8 @@ def stage_gains(before: dict[str, Any], after: dict[str, Any], after_rl: dict[st
             continue
         out[name] = {key: _paired(a, b, key) for key in ("correct", "format")}
         out[name]["accuracy"] = out[name].pop("correct")
+        if all("sampled" in t for t in a["per_task"] + b["per_task"]):  # pass@1 of k samples, per problem
+            out[name]["sampled"] = _paired(a, b, "sampled")
     return out
 
 
@@ -501,15 +513,15 @@ def _run(cfg: PipelineConfig, run_dir: Path, command: str) -> int:
     before = cached_stage(run_dir, "before", lambda: measure(cfg, cfg.model, data))
     print(f"[pipeline] before: accuracy {before['accuracy']:.1%}, held-out loss {before['heldout_loss']:.3f}")
     sft = cached_stage(run_dir, "sft", lambda: run_sft(cfg, run_dir, data))
-    after = cached_stage(run_dir, "after", lambda: measure(cfg, sft["checkpoint"], data))
+    after = cached_stage(run_dir, "after", lambda: measure(cfg, sft["checkpoint"], data, sampled=cfg.rlvr))
     rl = after_rl = arm = after_arm = None
     if cfg.rlvr:
         rl = cached_stage(run_dir, "rlvr", lambda: run_rl(cfg, run_dir / "rl", sft["checkpoint"], cfg.rl_steps,
                                                      rlvr_envs(cfg), rlvr_stage=True))
-        after_rl = cached_stage(run_dir, "after_rl", lambda: measure(cfg, rl["checkpoint"], data))
+        after_rl = cached_stage(run_dir, "after_rl", lambda: measure(cfg, rl["checkpoint"], data, sampled=True))
         if cfg.sft_arm:
             arm = cached_stage(run_dir, "sft_arm", lambda: run_sft_arm(cfg, run_dir, data, sft, rl))
-            after_arm = cached_stage(run_dir, "after_sft_arm", lambda: measure(cfg, arm["checkpoint"], data))
+            after_arm = cached_stage(run_dir, "after_sft_arm", lambda: measure(cfg, arm["checkpoint"], data, sampled=True))
             arm_val = cached_stage(run_dir, "sft_arm_rl_validation",
                                    lambda: validate_as_rl(Path(rl["run_dir"]), arm["checkpoint"], run_dir / "sft_arm"))
             arm["rl_validation"] = arm_val

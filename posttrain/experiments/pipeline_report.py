@@ -87,6 +87,10 @@ def write(run_dir: Path, cfg: PipelineConfig, command: str, sections: dict[str, 
         "| answer accuracy | " + " | ".join(_pm(c["accuracy"], n) for _, c in cols) + " |",
         "| uses the answer format | " + " | ".join(_pm(c["answer_format_rate"], n) for _, c in cols) + " |",
     ]
+    if any("sampled_accuracy" in c for _, c in cols):
+        k, temp = next((c["sampled_k"], c["sampled_temperature"]) for _, c in cols if "sampled_accuracy" in c)
+        L.append(f"| sampled accuracy ({k} samples at T={temp:g}) | " + " | ".join(
+            f"{c['sampled_accuracy']:.1%}" if "sampled_accuracy" in c else "—" for _, c in cols) + " |")
     for d in digits:
         L.append(f"| {d}-digit operands | " + " | ".join(
             f"{c['accuracy_by_digits'].get(d, float('nan')):.1%}" for _, c in cols) + " |")
@@ -106,6 +110,17 @@ def write(run_dir: Path, cfg: PipelineConfig, command: str, sections: dict[str, 
         beyond = "yes" if abs(a["gain"]) > 2 * a["se"] else "no"
         L.append(f"| {name} | {a['gain']:+.1%} ± {a['se']:.1%} | {a['gained']} / {a['lost']} | "
                  f"{f['gain']:+.1%} ± {f['se']:.1%} | {beyond} |")
+    sampled = {name: g["sampled"] for name, g in rep.get("gains", {}).items() if "sampled" in g}
+    if sampled:
+        L += ["", "Sampled accuracy: each problem answered "
+              f"{k} times at the RLVR stage's temperature ({temp:g}), scored by the fraction right (pass@1 "
+              "estimated from k samples, docs/recipe.md §7): the quantity GRPO raises. Greedy decoding picks "
+              "each step's likeliest token, so sharpening the policy towards answers it already gives most "
+              "often shows here before it changes a greedy answer.", "",
+              "| comparison | sampled accuracy gain ± paired se | problems up / down | beyond 2 se |", "|---|---|---|---|"]
+        for name, g in sampled.items():
+            L.append(f"| {name} | {g['gain']:+.1%} ± {g['se']:.1%} | {g['gained']} / {g['lost']} | "
+                     f"{'yes' if abs(g['gain']) > 2 * g['se'] else 'no'} |")
     rl = rep.get("rl")
     if rl:
         L += ["", f"## RLVR ({rl['steps']} GRPO steps on {', '.join(rl['trained_domains'])})", "",
@@ -116,7 +131,9 @@ def write(run_dir: Path, cfg: PipelineConfig, command: str, sections: dict[str, 
             g = paired.get("all" if dom == "mean" else dom)  # the mean's gain: every task pooled
             L.append(f"| {dom} | {start:.3f} | {rl['val_end'].get(dom, float('nan')):.3f} | "
                      + (f"{g['gain']:+.3f} ± {g['se']:.3f}{_star(g)} |" if g else "|"))
-        L += ["", "\\* beyond two paired standard errors. The mean's gain pools every validated task."]
+        L += ["", "\\* beyond two paired standard errors. The mean's gain pools every validated task except "
+              "those of a domain marked †. † the multiple-choice answers at the last step sit on one letter: "
+              "the score is a constant guess (chance on shuffled options), so that gain is not counted."]
         L += ["", f"![RL curves]({_rel(run_dir, rl['rewards_png'])})"]
     arm = rep.get("sft_arm")
     if arm and rl:
@@ -164,6 +181,8 @@ def _clock(arm: dict[str, Any]) -> str:
 
 
 def _star(g: dict[str, Any]) -> str:
+    if "one_letter" in g:  # a constant guess (validation_gains): no gain to count
+        return f" † ({100 * g['one_letter'][1]:.0f}% of answers {g['one_letter'][0]})"
     return "\\*" if abs(g["gain"]) > 2 * g["se"] else ""
 
 
@@ -190,20 +209,31 @@ def validation_gains(out_dir: Path, step: int, against: Path | None = None) -> d
     """Per domain, and pooled over every validated task (``all``), the paired gain ± paired standard
     error of an RL run's greedy validation at ``step`` over step 0 (or over the per-task file
     ``against``: another model on the same tasks), task by task from the run's own records (as
-    ``posttrain validate --against`` computes it); empty when the records are missing."""
+    ``posttrain validate --against`` computes it); empty when the records are missing.
+
+    A multiple-choice domain whose answers at ``step`` sit on one letter (``eval.compare.ONE_LETTER``)
+    is marked ``one_letter`` (letter, share): its score is a constant guess, so its gain is not counted
+    and ``all`` pools the other domains only."""
     from dataclasses import asdict
 
-    from posttrain.eval.compare import paired_gain, read_task_rewards
+    from posttrain.eval.compare import ONE_LETTER, modal_choice, paired_gain, read_task_reasons, read_task_rewards
 
     first = against or out_dir / "validation" / "step_000000.jsonl"
     last = out_dir / "validation" / f"step_{step:06d}.jsonl"
     if (against is None and step == 0) or not (first.is_file() and last.is_file()):
         return {}
     a, b = read_task_rewards(first), read_task_rewards(last)
-    out = {env: asdict(paired_gain(a[env], b[env])) for env in b if env in a}
-    if len(out) > 1:  # tasks of different domains have different ids: pool them under "<env>/<id>"
-        pool = [{f"{env}/{i}": r for env in out for i, r in d[env].items()} for d in (a, b)]
+    reasons = read_task_reasons(last)
+    out: dict[str, dict[str, Any]] = {env: asdict(paired_gain(a[env], b[env])) for env in b if env in a}
+    for env, g in out.items():
+        modal = modal_choice(reasons.get(env, []))
+        if modal and modal[1] >= ONE_LETTER:
+            g["one_letter"] = [modal[0], round(modal[1], 3)]
+    counted = [env for env in out if "one_letter" not in out[env]]
+    if len(out) > 1 and counted:  # tasks of different domains have different ids: pool them under "<env>/<id>"
+        pool = [{f"{env}/{i}": r for env in counted for i, r in d[env].items()} for d in (a, b)]
         out["all"] = asdict(paired_gain(*pool))
+        out["all"]["domains"] = counted
     return out
 
 

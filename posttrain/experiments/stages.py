@@ -54,8 +54,11 @@ def make_data(cfg: PipelineConfig, run_dir: Path) -> dict[str, Any]:
     return {"train": str(train), "validation": str(val), "n_train": n_train, "n_validation": n_val}
 
 
-def measure(cfg: PipelineConfig, model_spec: str, data: dict[str, Any]) -> dict[str, Any]:
-    """Held-out SFT loss and greedy answer accuracy of one model."""
+def measure(cfg: PipelineConfig, model_spec: str, data: dict[str, Any], sampled: bool = False) -> dict[str, Any]:
+    """Held-out SFT loss and greedy answer accuracy of one model; with ``sampled`` (and
+    ``cfg.eval_samples`` > 0) also its sampled accuracy: ``eval_samples`` answers per problem at the
+    RLVR stage's temperature, sampled as its rollouts are (``rollout.engine`` defaults), each
+    problem scored by the fraction that is right."""
     from posttrain.data.conversations import read_conversations
     from posttrain.data.synthetic import arithmetic_tasks
     from posttrain.envs.base import make_env
@@ -86,6 +89,17 @@ def measure(cfg: PipelineConfig, model_spec: str, data: dict[str, Any]) -> dict[
         if len(samples) < 3:
             samples.append({"prompt": t.messages[-1]["content"], "reply": c[0].text, "reward": res.reward})
     rewards = [r for v in by_digits.values() for r in v]
+    extra: dict[str, Any] = {}
+    if sampled and cfg.eval_samples:
+        from posttrain.engines.registry import make_engine
+
+        k, sampler = cfg.eval_samples, make_engine({"type": "hf"}, loaded.model, loaded.tokenizer, batch_size=64)
+        outs = sampler.generate([t.messages for t in tasks], SamplingParams(
+            max_new_tokens=cfg.max_new_tokens, temperature=cfg.rl_temperature, n=k, seed=cfg.seed + 3))
+        for row, t, c in zip(per_task, tasks, outs):
+            row["sampled"] = sum(env.verify(t, [{"role": "assistant", "content": x.text}]).reward for x in c) / k
+        extra = {"sampled_accuracy": sum(r["sampled"] for r in per_task) / len(per_task), "sampled_k": k,
+                 "sampled_temperature": cfg.rl_temperature, "sampling_precision": sampler.precision.precision}
     return {
         "model": model_spec,
         "heldout_loss": val.loss,
@@ -96,6 +110,7 @@ def measure(cfg: PipelineConfig, model_spec: str, data: dict[str, Any]) -> dict[
         "n_eval": len(tasks),
         "samples": samples,
         "per_task": per_task,  # paired comparisons between models (same tasks, same order)
+        **extra,
     }
 
 

@@ -29,9 +29,13 @@ bf16 weights         0.044          0.28    0.59   0.044 (max 0.52)
   range (0.2/0.28), so clipping would fire on tokens that are on-policy.
 * ``dpo``: fp32. Its margin is a difference of sequence log-prob sums (policy minus reference), in
   which per-token bf16 errors add up rather than average out.
-* ``sampling`` (the HF engine's weights): fp32 by default, because the sampler's log-probs are the
-  behaviour policy the RL ratio divides by; ``rollout.engine: {type: hf, dtype: bf16}`` opts in
-  (bench/rollout_throughput.py reports the speed and the log-prob error).
+* ``sampling`` (the HF engine's sampling weights, ``rollout.engine.dtype: auto``): bf16 where it is
+  faster. The rollouts' log-probs enter the loss only through the masked importance weight
+  ``ρ = exp(logp_trainer − logp_sampler)`` (algos/losses.py), which exists to absorb exactly this
+  mismatch (a bf16 vLLM sampler against an fp32 trainer in the recipe): a 0.04-nat error moves ρ by
+  ~4% and the mask (0.5–2) almost never fires, while the clipped PPO ratio is the trainer's own
+  (exactly 1 on-policy) and does not see it. Greedy decoding (validation, evals) always runs on
+  the fp32 module, so a measurement never depends on the machine's sampling precision.
 
 ``decide`` is a pure function of the probe figures, so tests inject them (``POSTTRAIN_PRECISION_PROBE
 ="fp32=100,bf16=450"``, or a ``Probe``) and nothing in a test depends on timing.
@@ -55,7 +59,7 @@ PROBE_ENV = "POSTTRAIN_PRECISION_PROBE"
 MIN_SPEEDUP = 1.3
 """bf16 must beat fp32 by this factor in the probe: autocast's casts and fp32 islands (norms,
 softmax, loss) eat part of a small edge."""
-BF16_SAFE: dict[str, bool] = {"sft": True, "rl": False, "dpo": False, "sampling": False}
+BF16_SAFE: dict[str, bool] = {"sft": True, "rl": False, "dpo": False, "sampling": True}
 """Whether ``auto`` may use bf16 for the stage when it is faster (the reasons: module docstring)."""
 
 

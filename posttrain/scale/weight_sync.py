@@ -76,8 +76,12 @@ def apply_weights(generator: Any, named: dict[str, Any]) -> None:
         return
     import torch
 
+    # the HF engine's trainer-precision module; its bf16 sampling copy (if any) follows it
+    target = getattr(generator, "live", generator.model)
     with torch.no_grad():
-        generator.model.load_state_dict(named, strict=True)
+        target.load_state_dict(named, strict=True)
+    if target is not generator.model:
+        generator.update_weights(target)
 
 
 SYNCS: Registry[Callable[..., WeightSync]] = Registry("weight sync backend")

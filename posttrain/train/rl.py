@@ -348,7 +348,11 @@ class RLStage:
         return val
 
     def begin(self, start: int) -> dict[str, Any]:
-        return self.validate(0) if start == 0 and self.cfg.train.eval_every else {}
+        sampling = getattr(self.generator, "precision", None)  # the HF engine's decision (engines/registry.py)
+        if sampling is not None and (self.t.ranks is None or self.t.ranks.main):
+            print(f"[{self.t.run_dir.name}] sampling weights: {sampling.line()}")
+        m = {"sampling_precision": sampling.precision} if sampling is not None else {}
+        return {**(self.validate(0) if start == 0 and self.cfg.train.eval_every else {}), **m}
 
     def state_dict(self) -> dict[str, Any]:
         if self.cfg.train.plot:  # the plot is redrawn with each checkpoint

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 TINY = {
     "model": "tiny-llama", "n_train": 16, "n_eval": 4, "n_val_rows": 4, "sft_steps": 2, "sft_batch_size": 4,
-    "max_new_tokens": 8, "eval_batch_size": 4, "rl_steps": 2, "rl_val_tasks": 2, "rl_train_tasks": 4,
+    "max_new_tokens": 8, "eval_batch_size": 4, "eval_samples": 2, "rl_steps": 2, "rl_val_tasks": 2, "rl_train_tasks": 4,
     "specialist_steps": 1, "distill_steps": 1, "rl_mix": "{arithmetic: 1.0, mcq: 1.0}", "rl_mix_train_tasks": 4,
     "rl_overrides": "[rollout.prompts_per_step=3, rollout.group_size=2, rollout.max_new_tokens=6, "
                     "algo.overlong_filter=false, optim.lr=1e-3]",
@@ -68,6 +68,12 @@ def test_pipeline_with_rlvr_and_distill_reports_resumes_and_writes_loadable_chec
     assert set(rep["gains"]) == {"SFT (after SFT − before)", "RL (after RL − after SFT)", "longer SFT − after SFT",
                                  "RL − longer SFT"}
     assert rep["gains"]["SFT (after SFT − before)"]["accuracy"]["n"] == TINY["n_eval"]
+    # sampled accuracy (pass@1 of eval_samples answers) for the checkpoints RL is compared with only
+    assert "sampled_accuracy" not in rep["before"] and rep["after"]["sampled_k"] == 2
+    assert all(t["sampled"] in (0.0, 0.5, 1.0) for t in rep["after_rl"]["per_task"])
+    assert "sampled" not in rep["gains"]["SFT (after SFT − before)"]
+    assert rep["gains"]["RL (after RL − after SFT)"]["sampled"]["n"] == TINY["n_eval"]
+    assert "sampled" in rep["gains"]["RL − longer SFT"]
     arm = rep["sft_arm"]  # continued from the SFT checkpoint for about the RL stage's wall time
     sft_stage = json.loads((run_dir / "stages" / "sft.json").read_text())
     clock = arm["budget_clock"]  # CPU time when both stages recorded it: a shared machine's wall time is not the stage's
@@ -84,7 +90,8 @@ def test_pipeline_with_rlvr_and_distill_reports_resumes_and_writes_loadable_chec
 
     md = (run_dir / "report.md").read_text()
     for text in ("| answer accuracy |", "paired", "## RLVR", "## Longer SFT instead of RL", "## distill",
-                 "| RL − longer SFT ± paired se |", "pools every validated task",
+                 "| RL − longer SFT ± paired se |", "pools every validated task", "| sampled accuracy (2 samples",
+                 "| comparison | sampled accuracy gain ± paired se |",
                  "![report](report.png)", "posttrain rl --config", "posttrain sft --config", "[rl/](rl/)",
                  "tensorboard --logdir", "load avg"):
         assert text in md, text
@@ -140,10 +147,10 @@ def test_ctrl_c_says_where_it_stopped_and_the_next_run_resumes(tmp_path, capsys,
     real = pipeline.measure
     rl_ckpt = str(run_dir / "rl" / "checkpoints" / "step_000002")
 
-    def interrupted(cfg, model, data):
+    def interrupted(cfg, model, data, **kw):
         if model == rl_ckpt:
             raise KeyboardInterrupt
-        return real(cfg, model, data)
+        return real(cfg, model, data, **kw)
 
     monkeypatch.setattr(pipeline, "measure", interrupted)
     with pytest.raises(KeyboardInterrupt):

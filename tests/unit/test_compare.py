@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from posttrain.eval.compare import paired_gain, read_task_rewards
+from posttrain.eval.compare import modal_choice, paired_gain, read_task_rewards
 
 
 def test_paired_gain_hand_computed():
@@ -40,3 +40,10 @@ def test_read_task_rewards(tmp_path):
     f.write_text('{"env": "math", "reward": 1}\n')
     with pytest.raises(ValueError, match=r"v.jsonl:1: not a validation row"):
         read_task_rewards(f)
+
+
+def test_modal_choice_names_the_letter_a_guessing_policy_sits_on():
+    reasons = ["correct: chose C", "wrong_answer: chose C", "no_answer", "wrong_answer: chose C", "wrong_answer: chose A"]
+    assert modal_choice(reasons) == ("C", 0.75, 4)  # replies without a letter do not count
+    assert modal_choice(["correct", "wrong_answer", "not_a_number"]) is None  # not multiple choice
+    assert modal_choice([]) is None

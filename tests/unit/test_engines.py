@@ -74,6 +74,40 @@ def test_bf16_sampling_copy_follows_the_trained_weights():
         HFGenerator(policy, tok, dtype="fp16")
 
 
+def test_auto_sampling_precision_follows_the_probe(monkeypatch):
+    """``dtype: auto`` (the default) samples from a bf16 copy where the probe says bf16 is faster,
+    from the live fp32 module where it is not; the engine carries the decision for the run's log."""
+    import copy
+
+    loaded = load_model("tiny-llama", device="cpu")
+    policy = copy.deepcopy(loaded.model)
+    monkeypatch.setenv("POSTTRAIN_PRECISION_PROBE", "fp32=100,bf16=450")
+    fast = make_engine({"type": "hf"}, policy, loaded.tokenizer)
+    assert fast.precision.precision == "bf16" and next(fast.model.parameters()).dtype == torch.bfloat16
+    monkeypatch.setenv("POSTTRAIN_PRECISION_PROBE", "fp32=100,bf16=1")
+    slow = make_engine("hf", policy, loaded.tokenizer)
+    assert slow.precision.precision == "fp32" and slow.model is policy
+
+
+def test_greedy_decoding_ignores_the_bf16_sampling_copy():
+    """Validation is greedy: with a bf16 sampling copy it still runs on the fp32 module, token for
+    token what an fp32 engine decodes, so a measurement does not depend on the sampling precision;
+    sampled rows (temperature > 0) do come from the copy."""
+    import copy
+
+    loaded = load_model("tiny-llama", device="cpu")
+    policy = copy.deepcopy(loaded.model)
+    fp32 = make_engine({"type": "hf", "dtype": "fp32"}, policy, loaded.tokenizer)
+    bf16 = make_engine({"type": "hf", "dtype": "bf16"}, policy, loaded.tokenizer)
+    greedy = SamplingParams(max_new_tokens=6, temperature=0.0, seed=0)
+    a, b = (g.generate_ids([[5, 6, 7], [9, 10]], greedy) for g in (fp32, bf16))
+    assert [[c.token_ids for c in p] for p in a] == [[c.token_ids for c in p] for p in b]
+    assert [[c.logprobs for c in p] for p in a] == [[c.logprobs for c in p] for p in b]
+    sampled = SamplingParams(max_new_tokens=6, temperature=1.0, seed=0)
+    x, y = (g.generate_ids([[5, 6, 7]], sampled)[0][0] for g in (fp32, bf16))
+    assert x.logprobs != y.logprobs  # the copy's bf16 arithmetic shows in the sampled log-probs
+
+
 def test_unknown_engine_names_the_known_ones(tiny):
     with pytest.raises(pydantic.ValidationError, match="'hf', 'vllm'"):
         make_engine("nope", tiny.model, tiny.tokenizer)

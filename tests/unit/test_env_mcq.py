@@ -146,3 +146,16 @@ def test_choose_options_fills_from_fillers_and_fails_loudly():
     assert sorted(options.values()) == ["1 J", "2 J", "3 J", "4 J"] and options[letter] == "1 J"
     with pytest.raises(ValueError, match="fewer than 4"):
         choose_options(Question("?", "1 J", ["1 J"], ["2 J"]), random.Random(0))
+
+
+def test_a_constant_letter_policy_earns_chance_and_its_reasons_say_so(env):
+    """The lazy policy of multiple choice: "Answer: C" whatever the question. Options are shuffled
+    per question, so it earns about a quarter (no more), and every reason names the letter, which is
+    how the pipeline's report spots it (eval.compare.modal_choice)."""
+    from posttrain.eval.compare import modal_choice
+
+    tasks = env.tasks("validation", 200, seed=0)
+    results = [env.verify(t, reply("Answer: C")) for t in tasks]
+    assert 0.15 < sum(r.reward for r in results) / len(results) < 0.35
+    assert modal_choice([r.reason for r in results]) == ("C", 1.0, 200)
+    assert {r.reason for r in results} == {"correct: chose C", "wrong_answer: chose C"}

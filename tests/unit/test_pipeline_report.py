@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import math
 
 import pytest
@@ -68,6 +69,29 @@ def test_validation_gains_per_domain_and_pooled_over_every_task(tmp_path):
     vs = validation_gains(tmp_path, 4, against=tmp_path / "arm.jsonl")
     assert (vs["arithmetic"]["gain"], vs["mcq"]["gain"], vs["all"]["gain"]) == (0.0, 0.5, 0.25)
     assert validation_gains(tmp_path, 0) == {} and validation_gains(tmp_path, 8) == {}  # nothing to pair
+
+
+def test_a_multiple_choice_domain_answered_with_one_letter_is_not_counted(tmp_path):
+    """The RLVR stage taught mcq to answer "C" to every question (chance on shuffled options): its
+    gain is marked and left out of the pooled gain, which then pools the other domains only."""
+    from posttrain.experiments.pipeline_report import _star, validation_gains
+
+    def write(path, rows):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    write(tmp_path / "validation" / "step_000000.jsonl",
+          [{"env": "arithmetic", "task_id": f"a{i}", "reward": 0.0, "reason": "wrong_answer"} for i in range(4)]
+          + [{"env": "mcq", "task_id": f"m{i}", "reward": 0.0, "reason": "no_answer"} for i in range(10)])
+    write(tmp_path / "validation" / "step_000002.jsonl",
+          [{"env": "arithmetic", "task_id": f"a{i}", "reward": float(i < 2), "reason": "correct"} for i in range(4)]
+          + [{"env": "mcq", "task_id": f"m{i}", "reward": float(i < 3),
+              "reason": ("correct" if i < 3 else "wrong_answer") + ": chose C"} for i in range(10)])
+    g = validation_gains(tmp_path, 2)
+    assert g["mcq"]["gain"] == pytest.approx(0.3) and g["mcq"]["one_letter"] == ["C", 1.0]
+    assert "one_letter" not in g["arithmetic"]
+    assert g["all"]["n"] == 4 and g["all"]["domains"] == ["arithmetic"] and g["all"]["gain"] == 0.5
+    assert "\\*" not in _star(g["mcq"]) and "100% of answers C" in _star(g["mcq"])
 
 
 def test_rl_mix_is_validated_before_any_work():

@@ -16,7 +16,7 @@ AVX2 = Probe(fp32_gflops=175.0, bf16_gflops=1.0, source="injected")  # bf16 emul
 
 def test_fast_bf16_machine_uses_bf16_only_where_numerically_safe():
     assert {s: decide(FAST_BF16, s).precision for s in ("sft", "rl", "dpo", "sampling")} == {
-        "sft": "bf16", "rl": "fp32", "dpo": "fp32", "sampling": "fp32"}
+        "sft": "bf16", "rl": "fp32", "dpo": "fp32", "sampling": "bf16"}
     assert "not numerically safe" in decide(FAST_BF16, "rl").reason
 
 
@@ -68,7 +68,8 @@ def test_machine_key_names_cpu_flags_and_torch():
 
 
 def test_every_run_logs_the_decision(monkeypatch, tmp_path):
-    """An SFT run on a fast-bf16 machine trains in bf16, an RL run on it in fp32; both say so."""
+    """An SFT run on a fast-bf16 machine trains in bf16, an RL run on it in fp32 and samples from bf16
+    weights; both say so."""
     from posttrain.configs import load_config
     from posttrain.configs.rl import RLConfig
     from posttrain.configs.sft import SFTConfig
@@ -92,6 +93,7 @@ def test_every_run_logs_the_decision(monkeypatch, tmp_path):
         first = next(r for r in read_metrics(tmp_path / run) if "precision" in r)
         assert first["step"] == 1 and first["precision"] == want and first["probe_bf16_gflops"] == 495.0, run
         assert json.loads((tmp_path / run / "precision.json").read_text())["precision"] == want
+    assert next(r for r in read_metrics(tmp_path / "rl") if "sampling_precision" in r)["sampling_precision"] == "bf16"
 
 
 def test_bf16_training_on_cpu_uses_eager_attention_and_fp32_keeps_sdpa():

@@ -132,6 +132,20 @@ def test_apply_weights_is_strict():
         apply_weights(_Engine(model), named)
 
 
+def test_apply_weights_reaches_the_fp32_module_and_its_bf16_sampling_copy():
+    """A rollout worker's HF engine with bf16 sampling weights: the pushed weights go to the fp32
+    module (greedy validation decodes with it) and the bf16 copy follows."""
+    from posttrain.engines.hf import HFGenerator
+    from posttrain.models.loading import load_model
+
+    tok = load_model("tiny-llama", device="cpu").tokenizer
+    src, dst = build_tiny("tiny-llama", seed=1), build_tiny("tiny-llama", seed=2)
+    gen = HFGenerator(dst, tok, dtype="bf16")
+    apply_weights(gen, {k: v.clone() for k, v in src.state_dict().items()})
+    for a, b, c in zip(src.parameters(), gen.live.parameters(), gen.model.parameters()):
+        assert torch.equal(a, b) and torch.equal(a.to(torch.bfloat16), c)
+
+
 @pytest.mark.parametrize("recipe", ["recipes/gpu/rl_8gpu.yaml", "recipes/gpu/rl_multinode.yaml"])
 def test_gpu_recipes_validate_and_say_untested(recipe):
     from pathlib import Path
