@@ -32,8 +32,9 @@ bf16 weights         0.044          0.28    0.59   0.044 (max 0.52)
 * ``sampling`` (the HF engine's sampling weights, ``rollout.engine.dtype: auto``): bf16 where it is
   faster. The rollouts' log-probs enter the loss only through the masked importance weight
   ``ρ = exp(logp_trainer − logp_sampler)`` (algos/losses.py), which exists to absorb exactly this
-  mismatch (a bf16 vLLM sampler against an fp32 trainer in the recipe): a 0.04-nat error moves ρ by
-  ~4% and the mask (0.5–2) almost never fires, while the clipped PPO ratio is the trainer's own
+  mismatch (a bf16 vLLM sampler against an fp32 trainer in the recipe): in 24 steps of the
+  pipeline's RLVR stage the gap was 0.011 nat/token and the mask (0.5–2) dropped 0.08% of trained
+  tokens (1.2% in the worst step; docs/benchmarks.md), while the clipped PPO ratio is the trainer's own
   (exactly 1 on-policy) and does not see it. Greedy decoding (validation, evals) always runs on
   the fp32 module, so a measurement never depends on the machine's sampling precision.
 
