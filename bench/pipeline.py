@@ -46,7 +46,10 @@ def summarize(run_dir: Path) -> dict:
                            "answer_format_rate": m["answer_format_rate"],
                            "answer_format_se": round(binomial_se(m["answer_format_rate"], n), 4),
                            "heldout_loss": round(m["heldout_loss"], 4), "accuracy_by_digits": m["accuracy_by_digits"]}
-    gains = {name: {k: {f: g[k][f] for f in ("gain", "se", "gained", "lost", "n")} for k in ("accuracy", "format")}
+            if "sampled_accuracy" in m:  # pass@1 of sampled_k answers a problem (the SFT/RL/arm checkpoints)
+                models[key].update({f: m[f] for f in ("sampled_accuracy", "sampled_k", "sampled_temperature")})
+    gains = {name: {k: {f: g[k][f] for f in ("gain", "se", "gained", "lost", "n")}
+                    for k in ("accuracy", "format", "sampled") if k in g}
              for name, g in rep.get("gains", {}).items()}
     cfg = {}
     if (run_dir / "pipeline.yaml").exists():
@@ -113,6 +116,9 @@ def main() -> None:
         extra = ""
         if rl and name == "pipeline":
             extra = f"; RL {rl[0]['gain'] * 100:+.1f} ± {rl[0]['se'] * 100:.1f} points"
+            sampled = rows[0]["gains"]["RL (after RL − after SFT)"].get("sampled")
+            if sampled:
+                extra += f", sampled accuracy {sampled['gain'] * 100:+.1f} ± {sampled['se'] * 100:.1f}"
         print(f"RESULT {name}: {mean * 100:+.1f} points (held-out answer accuracy gain of SFT, mean of {len(sft)} "
               f"run(s), smallest gain/paired-se {z:.1f}{extra})")
 
