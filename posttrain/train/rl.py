@@ -230,6 +230,7 @@ class RLStage:
         self.skip = cfg.algo.skip_zero_advantage and not dense_loss
         self.best = BestCheckpoint(t.run_dir)
         self.current: RLStep | None = None
+        self.first_metrics: dict[str, Any] = {}  # logged with the run's first step (begin)
         if source is not None and reward is not None:
             raise ValueError("a custom reward scorer runs in process only (scale.backend: inprocess)")
         self.source = source(t, self.plan) if source is not None else None
@@ -331,6 +332,8 @@ class RLStage:
         assert self.current is not None
         rollouts = self.current.rollouts
         m.update(step_metrics(rollouts, list(self.envs)))
+        m.update(self.first_metrics)
+        self.first_metrics = {}
         m.update(self.tasks.metrics(done - 1, [r.task_id for r in rollouts], m["pass_rate"]))
         m["time_train_s"] = m.pop("time_score_s") + m["time_update_s"]
         m.update(self.tasks.maybe_reprofile(done, m, self.generator, self.envs, self.t.run_dir))
@@ -351,8 +354,9 @@ class RLStage:
         sampling = getattr(self.generator, "precision", None)  # the HF engine's decision (engines/registry.py)
         if sampling is not None and (self.t.ranks is None or self.t.ranks.main):
             print(f"[{self.t.run_dir.name}] sampling weights: {sampling.line()}")
-        m = {"sampling_precision": sampling.precision} if sampling is not None else {}
-        return {**(self.validate(0) if start == 0 and self.cfg.train.eval_every else {}), **m}
+        # logged with the run's first step, beside the trainer's precision (train/loop.py)
+        self.first_metrics = {"sampling_precision": sampling.precision} if sampling is not None else {}
+        return self.validate(0) if start == 0 and self.cfg.train.eval_every else {}
 
     def state_dict(self) -> dict[str, Any]:
         if self.cfg.train.plot:  # the plot is redrawn with each checkpoint
