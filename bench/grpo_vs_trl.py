@@ -35,9 +35,9 @@ Prints s/step for each and the ratio, and appends one JSON line to
 bench/results/grpo_vs_trl.jsonl. Run: ``python bench/grpo_vs_trl.py [--steps 2] [--threads 1]``.
 The machine is shared: the load average before and after is recorded with the figures.
 
-Latest result (2-core CPU shared with one other run, load 2.4 → 2.1, 1 thread, TRL checkpointing
-off): posttrain 19.7 s/step (generate 12.9, train 6.7, 8 of 32 rollouts trained), TRL 116.4 s/step:
-5.9×; see docs/rl.md for how to read it.
+Latest result (2026-12-01, idle 2-core CPU, load 1.9 -> 1.0, 1 thread, perf_suite.sh): equal work
+posttrain 22.2 s/step (bf16 sampling weights: generate 3.3, train 18.8; 32 of 32 trained) vs TRL
+73.3 s/step: 3.30x; skip mode 6.6 s/step (8 of 32 trained): 11.18x. See docs/benchmarks.md.
 """
 
 from __future__ import annotations

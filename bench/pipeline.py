@@ -65,6 +65,18 @@ def summarize(run_dir: Path) -> dict:
     }
 
 
+def kind(run_dir: Path) -> str:
+    """``quick`` when the run's resolved config has ``--quick``'s sizes (whatever its directory name)."""
+    import yaml
+
+    from posttrain.configs.pipeline import QUICK
+
+    cfg_path = run_dir / "pipeline.yaml"
+    cfg = yaml.safe_load(cfg_path.read_text()) if cfg_path.exists() else {}
+    sizes = ("n_train", "sft_steps", "rl_steps", "n_eval")
+    return "quick" if cfg and all(cfg.get(k) == QUICK[k] for k in sizes) else "default"
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="run fresh `posttrain pipeline --quick` runs")
@@ -92,7 +104,7 @@ def main() -> None:
 
     rows = []
     for d in runs:
-        row = {"bench": "pipeline", "kind": "quick" if "quick" in d.name else "default",
+        row = {"bench": "pipeline", "kind": kind(d),
                "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "commit": commit(), "cpus": os.cpu_count(),
                "threads": args.threads, "loadavg_end": [round(x, 2) for x in os.getloadavg()],
                "python": platform.python_version(), **summarize(d)}
