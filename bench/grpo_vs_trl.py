@@ -81,8 +81,8 @@ def run_posttrain(model: str, steps: int, run_dir: Path, mode: str = "skip", thr
             "train_s": mean("time_train_s"), "rollouts_trained": mean("rollouts_trained"),
             "reward": mean("reward"), "rollouts_per_step": [r["rollouts_trained"] for r in rows],
             # rollout.engine.dtype=auto: bf16 sampling weights where the probe says bf16 is faster
-            "sampling_precision": next((r["sampling_precision"] for r in read_metrics(run_dir)
-                                        if "sampling_precision" in r), "fp32")}
+            "sampling_precision": next((r["precision_sampling"] for r in read_metrics(run_dir)
+                                        if "precision_sampling" in r), "fp32")}
 
 
 def run_trl(model_spec: str, steps: int, out_dir: Path) -> dict[str, Any]:

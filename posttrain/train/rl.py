@@ -352,10 +352,14 @@ class RLStage:
 
     def begin(self, start: int) -> dict[str, Any]:
         sampling = getattr(self.generator, "precision", None)  # the HF engine's decision (engines/registry.py)
+        if sampling is None and self.cfg.rollout.engine.type == "hf":  # rollout workers (scale/) decide alike
+            from posttrain.models.precision import resolve
+
+            sampling = resolve(self.cfg.rollout.engine.dtype, "sampling", str(self.t.device))
         if sampling is not None and (self.t.ranks is None or self.t.ranks.main):
             print(f"[{self.t.run_dir.name}] sampling weights: {sampling.line()}")
         # logged with the run's first step, beside the trainer's precision (train/loop.py)
-        self.first_metrics = {"sampling_precision": sampling.precision} if sampling is not None else {}
+        self.first_metrics = {"precision_sampling": sampling.precision} if sampling is not None else {}
         return self.validate(0) if start == 0 and self.cfg.train.eval_every else {}
 
     def state_dict(self) -> dict[str, Any]:

@@ -93,7 +93,7 @@ def test_every_run_logs_the_decision(monkeypatch, tmp_path):
         first = next(r for r in read_metrics(tmp_path / run) if "precision" in r)
         assert first["step"] == 1 and first["precision"] == want and first["probe_bf16_gflops"] == 495.0, run
         assert json.loads((tmp_path / run / "precision.json").read_text())["precision"] == want
-    assert next(r for r in read_metrics(tmp_path / "rl") if "sampling_precision" in r)["sampling_precision"] == "bf16"
+    assert next(r for r in read_metrics(tmp_path / "rl") if "precision_sampling" in r)["precision_sampling"] == "bf16"
 
 
 def test_bf16_training_on_cpu_uses_eager_attention_and_fp32_keeps_sdpa():
