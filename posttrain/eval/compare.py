@@ -20,6 +20,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -61,16 +62,32 @@ def read_task_rewards(path: str | Path) -> dict[str, dict[str, float]]:
     """``{env: {task_id: mean reward}}`` from a per-task validation JSONL (one row per task:
     ``{"env", "task_id", "reward", ...}``)."""
     out: dict[str, dict[str, float]] = {}
+    for row in _task_rows(path):
+        out.setdefault(row["env"], {})[row["task_id"]] = row["reward"]
+    return out
+
+
+def read_task_reasons(path: str | Path) -> dict[str, list[str]]:
+    """``{env: [verifier reason of each task]}`` from the same JSONL (``""`` where a row has none)."""
+    out: dict[str, list[str]] = {}
+    for row in _task_rows(path):
+        out.setdefault(row["env"], []).append(row["reason"])
+    return out
+
+
+def _task_rows(path: str | Path) -> list[dict[str, Any]]:
+    rows = []
     for n, line in enumerate(Path(path).read_text().splitlines(), 1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
-            out.setdefault(str(row["env"]), {})[str(row["task_id"])] = float(row["reward"])
+            rows.append({"env": str(row["env"]), "task_id": str(row["task_id"]), "reward": float(row["reward"]),
+                         "reason": str(row.get("reason", ""))})
         except (ValueError, KeyError, TypeError) as e:
             raise ValueError(f"{path}:{n}: not a validation row ({e}); expected "
                              '{"env": ..., "task_id": ..., "reward": ...}') from e
-    return out
+    return rows
 
 
 ONE_LETTER = 0.9
@@ -90,13 +107,3 @@ def modal_choice(reasons: Sequence[str]) -> tuple[str, float, int] | None:
     letter, count = letters.most_common(1)[0]
     n = sum(letters.values())
     return letter, count / n, n
-
-
-def read_task_reasons(path: str | Path) -> dict[str, list[str]]:
-    """``{env: [verifier reason of each task]}`` from a per-task validation JSONL."""
-    out: dict[str, list[str]] = {}
-    for line in Path(path).read_text().splitlines():
-        if line.strip():
-            row = json.loads(line)
-            out.setdefault(str(row["env"]), []).append(str(row.get("reason", "")))
-    return out
