@@ -175,6 +175,11 @@ class HFGenerator(TokenEngine):
         # transformers 5 renamed the forward's ``past_key_values`` to ``cache`` (the old name warns)
         self.cache_kwarg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
+    @property
+    def precision(self) -> str:
+        """What samples: ``bf16`` (a bf16 copy of the live module) or ``fp32`` (the live module)."""
+        return "fp32" if self.model is self.live else "bf16"
+
     def update_weights(self, model: Any) -> None:
         """After an optimizer step: refresh a bf16 sampling copy (nothing to do when sampling from
         the live module)."""

@@ -26,10 +26,8 @@ def _hf(cfg: HFEngineConfig, model: Any, tokenizer: Any, batch_size: int) -> Any
     from posttrain.models.precision import resolve
 
     decision = resolve(cfg.dtype, "sampling", str(next(model.parameters()).device))
-    gen = HFGenerator(model, tokenizer, batch_size=batch_size, max_prefill_tokens=cfg.max_prefill_tokens,
-                      dtype=decision.precision)
-    gen.precision = decision  # what samples and why: the RL stage logs it
-    return gen
+    return HFGenerator(model, tokenizer, batch_size=batch_size, max_prefill_tokens=cfg.max_prefill_tokens,
+                       dtype=decision.precision)
 
 
 # Engines behind an optional extra register themselves when their module is imported; importing it

@@ -99,7 +99,7 @@ def measure(cfg: PipelineConfig, model_spec: str, data: dict[str, Any], sampled:
         for row, t, c in zip(per_task, tasks, outs):
             row["sampled"] = sum(env.verify(t, [{"role": "assistant", "content": x.text}]).reward for x in c) / k
         extra = {"sampled_accuracy": sum(r["sampled"] for r in per_task) / len(per_task), "sampled_k": k,
-                 "sampled_temperature": cfg.rl_temperature, "sampling_precision": sampler.precision.precision}
+                 "sampled_temperature": cfg.rl_temperature, "sampling_precision": sampler.precision}
     return {
         "model": model_spec,
         "heldout_loss": val.loss,

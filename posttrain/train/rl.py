@@ -351,11 +351,11 @@ class RLStage:
         return val
 
     def begin(self, start: int) -> dict[str, Any]:
-        sampling = getattr(self.generator, "precision", None)  # the HF engine's decision (engines/registry.py)
-        if sampling is None and self.cfg.rollout.engine.type == "hf":  # rollout workers (scale/) decide alike
-            from posttrain.models.precision import resolve
+        from posttrain.models.precision import resolve
 
-            sampling = resolve(self.cfg.rollout.engine.dtype, "sampling", str(self.t.device))
+        # the decision the HF engine makes (engines/registry.py), here or in the rollout workers
+        engine = self.cfg.rollout.engine
+        sampling = resolve(engine.dtype, "sampling", str(self.t.device)) if engine.type == "hf" else None
         if sampling is not None and (self.t.ranks is None or self.t.ranks.main):
             print(f"[{self.t.run_dir.name}] sampling weights: {sampling.line()}")
         # logged with the run's first step, beside the trainer's precision (train/loop.py)

@@ -76,17 +76,17 @@ def test_bf16_sampling_copy_follows_the_trained_weights():
 
 def test_auto_sampling_precision_follows_the_probe(monkeypatch):
     """``dtype: auto`` (the default) samples from a bf16 copy where the probe says bf16 is faster,
-    from the live fp32 module where it is not; the engine carries the decision for the run's log."""
+    from the live fp32 module where it is not; the engine says which (`precision`)."""
     import copy
 
     loaded = load_model("tiny-llama", device="cpu")
     policy = copy.deepcopy(loaded.model)
     monkeypatch.setenv("POSTTRAIN_PRECISION_PROBE", "fp32=100,bf16=450")
     fast = make_engine({"type": "hf"}, policy, loaded.tokenizer)
-    assert fast.precision.precision == "bf16" and next(fast.model.parameters()).dtype == torch.bfloat16
+    assert fast.precision == "bf16" and next(fast.model.parameters()).dtype == torch.bfloat16
     monkeypatch.setenv("POSTTRAIN_PRECISION_PROBE", "fp32=100,bf16=1")
     slow = make_engine("hf", policy, loaded.tokenizer)
-    assert slow.precision.precision == "fp32" and slow.model is policy
+    assert slow.precision == "fp32" and slow.model is policy
 
 
 def test_greedy_decoding_ignores_the_bf16_sampling_copy():
