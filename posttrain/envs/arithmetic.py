@@ -20,6 +20,25 @@ from posttrain.envs.math_env import MathEnv
 
 Op = Literal["+", "-", "*"]
 PROMPT = "What is {a} {op} {b}? Think step by step, then give the result as 'Answer: <number>'."
+INSTRUCTION = " Think step by step, then give the result as 'Answer: <number>'."
+Phrasing = Literal["plain", "words", "story"]
+# Two wordings per operation and kind; a subtraction may go below zero, so its stories are of
+# quantities that can (a temperature, a bank balance).
+WORDINGS: dict[str, dict[str, tuple[str, ...]]] = {
+    "words": {
+        "+": ("What is the sum of {a} and {b}?", "What do you get when you add {b} to {a}?"),
+        "-": ("What is {a} minus {b}?", "What do you get when you subtract {b} from {a}?"),
+        "*": ("What is the product of {a} and {b}?", "What do you get when you multiply {a} by {b}?"),
+    },
+    "story": {
+        "+": ("A shop has {a} boxes and receives {b} more. How many boxes does it have now?",
+              "A library had {a} books and bought {b} new ones. How many books does it have?"),
+        "-": ("The temperature was {a} degrees and fell by {b} degrees. What is the temperature now?",
+              "An account held {a} dollars and {b} dollars were taken out. What is the balance now?"),
+        "*": ("A hall has {a} rows of {b} chairs. How many chairs are there?",
+              "Each of {a} crates holds {b} bottles. How many bottles are there in all?"),
+    },
+}
 
 
 @dataclass(frozen=True)
@@ -70,9 +89,26 @@ def sample_problems(n: int, seed: int, split: Literal["train", "validation"], op
 DEFAULT_N = {"train": 2000, "validation": 200}
 
 
-def problem_task(p: Problem) -> Task:
-    return Task(id=f"arith-{p.a}{p.op}{p.b}", domain="math", messages=[{"role": "user", "content": p.text}],
-                ground_truth=str(p.answer), metadata={"digits": p.digits, "op": p.op, "answer_form": "number"})
+def _hash(p: Problem, salt: str) -> int:
+    return int(hashlib.sha1(f"{salt}|{p.a}{p.op}{p.b}".encode()).hexdigest()[:8], 16)
+
+
+def phrase(p: Problem, phrasings: tuple[Phrasing, ...]) -> tuple[Phrasing, str]:
+    """(the wording a problem gets among ``phrasings``, its prompt): chosen by a hash of the
+    problem, so it does not depend on the seed or the split's size."""
+    kind = phrasings[_hash(p, "kind") % len(phrasings)]
+    if kind == "plain":
+        return kind, p.text
+    options = WORDINGS[kind][p.op]
+    return kind, options[_hash(p, "wording") % len(options)].format(a=p.a, b=p.b) + INSTRUCTION
+
+
+def problem_task(p: Problem, phrasings: tuple[Phrasing, ...] = ("plain",)) -> Task:
+    kind, text = phrase(p, phrasings)
+    prefix = "arith-" if kind == "plain" else f"arith-{kind}-"  # plain ids are the SFT data's, unchanged
+    return Task(id=f"{prefix}{p.a}{p.op}{p.b}", domain="math", messages=[{"role": "user", "content": text}],
+                ground_truth=str(p.answer),
+                metadata={"digits": p.digits, "op": p.op, "answer_form": "number", "phrasing": kind})
 
 
 @ENVIRONMENTS.register("arithmetic")
@@ -80,18 +116,22 @@ class ArithmeticEnv(Environment):
     name = "arithmetic"
     domain = "math"
 
-    def __init__(self, max_digits: int = 2, ops: list[str] | None = None) -> None:
+    def __init__(self, max_digits: int = 2, ops: list[str] | None = None, phrasings: list[str] | None = None) -> None:
         if not 1 <= max_digits <= 3:
             raise ValueError(f"max_digits must be 1, 2 or 3, got {max_digits}")
         unknown = [o for o in ops or [] if o not in ("+", "-", "*")]
         if unknown or ops == []:
             raise ValueError(f"ops must be a non-empty subset of ['+', '-', '*'], got {ops}")
+        bad = [k for k in phrasings or [] if k not in ("plain", *WORDINGS)]
+        if bad or phrasings == [] or len(set(phrasings or [])) != len(phrasings or []):
+            raise ValueError(f"phrasings must be distinct names among ['plain', 'words', 'story'], got {phrasings}")
         self.max_digits = max_digits
         self.ops: tuple[Op, ...] = tuple(ops or ("+", "-", "*"))  # type: ignore[arg-type]
+        self.phrasings: tuple[Phrasing, ...] = tuple(phrasings or ("plain",))  # type: ignore[arg-type]
 
     def tasks(self, split: Split = "train", n: int | None = None, seed: int = 0) -> list[Task]:
         probs = sample_problems(n or DEFAULT_N[split], seed, split, self.ops, self.max_digits)
-        return [problem_task(p) for p in probs]
+        return [problem_task(p, self.phrasings) for p in probs]
 
     def verify(self, task: Task, messages: list[Message]) -> VerifyResult:
         return _MATH.verify(task, messages)

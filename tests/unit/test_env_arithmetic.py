@@ -42,5 +42,39 @@ def test_bad_arguments_are_one_line_config_errors():
         build_envs([EnvSpec(name="arithmetic", args={"max_digits": 5})])
     with pytest.raises(ConfigError, match="ops must be"):
         build_envs([EnvSpec(name="arithmetic", args={"ops": ["/"]})])
+    with pytest.raises(ConfigError, match="phrasings must be"):
+        build_envs([EnvSpec(name="arithmetic", args={"phrasings": ["poem"]})])
+    with pytest.raises(ConfigError, match="phrasings must be"):
+        build_envs([EnvSpec(name="arithmetic", args={"phrasings": ["words", "words"]})])
     assert make_env("arithmetic", max_digits=1, ops=["+"]).tasks("train", 10)[0].metadata == {
-        "digits": 1, "op": "+", "answer_form": "number"}
+        "digits": 1, "op": "+", "answer_form": "number", "phrasing": "plain"}
+
+
+def _problem(task_id: str) -> str:
+    return task_id.removeprefix("arith-").removeprefix("words-").removeprefix("story-")
+
+
+def test_phrasings_reword_the_same_problems_with_the_same_answer_instruction():
+    plain = make_env("arithmetic").tasks("validation", 120, seed=0)
+    mixed = make_env("arithmetic", phrasings=["plain", "words", "story"]).tasks("validation", 120, seed=0)
+    # the same problems and answers, each in one wording chosen by the problem alone
+    assert [t.ground_truth for t in plain] == [t.ground_truth for t in mixed]
+    kinds = [t.metadata["phrasing"] for t in mixed]
+    assert set(kinds) == {"plain", "words", "story"}
+    for p, m in zip(plain, mixed):
+        text = m.messages[0]["content"]
+        assert text.endswith("Think step by step, then give the result as 'Answer: <number>'.")
+        if m.metadata["phrasing"] == "plain":  # the SFT data's prompt and id, unchanged
+            assert (m.id, text) == (p.id, p.messages[0]["content"])
+        else:
+            assert m.id == p.id.replace("arith-", f"arith-{m.metadata['phrasing']}-")
+            assert text != p.messages[0]["content"]
+    # a problem's wording does not depend on the seed or how many tasks are drawn
+    again = {t.id for t in make_env("arithmetic", phrasings=["plain", "words", "story"]).tasks("validation", 40, seed=5)}
+    by_problem = {_problem(i): i for i in {t.id for t in mixed}}
+    assert all(by_problem.get(_problem(i), i) == i for i in again)
+    # no held-out problem is a training problem in any wording
+    train = make_env("arithmetic", phrasings=["words", "story"]).tasks("train", 1500, seed=0)
+    assert not {_problem(t.id) for t in train} & {_problem(t.id) for t in mixed}
+    t = next(t for t in mixed if t.metadata["phrasing"] == "story")
+    assert make_env("arithmetic").verify(t, _reply(f"Answer: {t.ground_truth}")).reward == 1.0
