@@ -50,6 +50,10 @@ class PipelineConfig(StrictModel):
     """Sampling temperature of the RLVR stage's rollouts."""
     rl_arith_train_tasks: int = Field(1000, ge=1)
     """The RLVR stage's arithmetic training pool (arithmetic train split, sampled uniformly)."""
+    rl_phrasings: list[Literal["plain", "words", "story"]] = Field(default_factory=lambda: ["plain"], min_length=1)
+    """Wordings of the RLVR stage's arithmetic problems, for training and validation alike
+    (envs/arithmetic.py): ``plain`` is the SFT data's ("What is a + b?"), ``words`` and ``story`` ask
+    the same problems in other words, which the SFT model does not carry its traces over to."""
     rl_mix: dict[Literal["arithmetic", "math", "mcq", "instruction"], float] = Field(
         default_factory=lambda: {"arithmetic": 1.0})
     """Domains of the RLVR stage and their sampling ratios. ``arithmetic`` is the pipeline's own

@@ -103,6 +103,12 @@ def phrase(p: Problem, phrasings: tuple[Phrasing, ...]) -> tuple[Phrasing, str]:
     return kind, options[_hash(p, "wording") % len(options)].format(a=p.a, b=p.b) + INSTRUCTION
 
 
+def phrasing_of(task_id: str) -> Phrasing:
+    """The wording a task of this environment was asked in, read from its id (``problem_task``)."""
+    kind = task_id.removeprefix("arith-").split("-", 1)[0]
+    return kind if kind in WORDINGS else "plain"  # type: ignore[return-value]
+
+
 def problem_task(p: Problem, phrasings: tuple[Phrasing, ...] = ("plain",)) -> Task:
     kind, text = phrase(p, phrasings)
     prefix = "arith-" if kind == "plain" else f"arith-{kind}-"  # plain ids are the SFT data's, unchanged

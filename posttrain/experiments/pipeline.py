@@ -61,7 +61,7 @@ from typing import Any
 
 from posttrain.configs.pipeline import QUICK, PipelineConfig
 from posttrain.experiments import pipeline_report
-from posttrain.experiments.pipeline_report import binomial_se, columns, validation_gains
+from posttrain.experiments.pipeline_report import binomial_se, columns, subsets, validation_gains
 from posttrain.experiments.stages import cached_stage, make_data, measure, run_sft
 
 
@@ -90,7 +90,8 @@ def rlvr_envs(cfg: PipelineConfig) -> list[dict[str, Any]]:
     envs = []
     for name, ratio in cfg.rl_mix.items():
         if name == "arithmetic":
-            envs.append({"name": "arithmetic", "args": {"max_digits": cfg.max_digits}, "ratio": ratio,
+            args = {"max_digits": cfg.max_digits, "phrasings": list(cfg.rl_phrasings)}
+            envs.append({"name": "arithmetic", "args": args, "ratio": ratio,
                          "train_tasks": cfg.rl_arith_train_tasks, "task_seed": cfg.seed, "val_tasks": cfg.rl_val_tasks})
         else:
             envs.append({"name": name, "args": RL_DOMAINS[name], "ratio": ratio, "train_tasks": cfg.rl_mix_train_tasks,
@@ -297,6 +298,8 @@ def report(run_dir: Path, before: dict[str, Any], after: dict[str, Any], sft: di
             g = gains_rl.get("all" if dom == "mean" else dom)  # the mean's gain: every task pooled
             paired = f"   gain {_gain(g)}" if g else ""
             lines.append(f"    {dom:14s} {start:6.3f} → {rl['val_end'].get(dom, float('nan')):6.3f}{paired}")
+        for part, g in subsets(gains_rl).items():
+            lines.append(f"    {part:22s} {g['before']:6.3f} → {g['after']:6.3f}   gain {_gain(g)}  ({g['n']} tasks)")
         lines.append(f"  RL curves: {rl['rewards_png']}")
         arm_val = (arm or {}).get("rl_validation")
         if arm_val:
@@ -305,6 +308,8 @@ def report(run_dir: Path, before: dict[str, Any], after: dict[str, Any], sft: di
                 g = arm_val["rl_minus_arm"].get("all" if dom == "mean" else dom)
                 lines.append(f"    {dom:14s} longer SFT {v:6.3f}   RL {rl['val_end'].get(dom, float('nan')):6.3f}"
                              + (f"   RL − longer SFT {_gain(g)}" if g else ""))
+            for part, g in subsets(arm_val["rl_minus_arm"]).items():
+                lines.append(f"    {part:22s} longer SFT {g['before']:6.3f}   RL {g['after']:6.3f}   RL − longer SFT {_gain(g)}")
     lines += [
         "",
         f"  {n} held-out problems; stages {stage_s / 60:.1f} min wall summed (this invocation {total_s / 60:.1f} min: "

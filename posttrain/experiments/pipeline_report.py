@@ -131,6 +131,9 @@ def write(run_dir: Path, cfg: PipelineConfig, command: str, sections: dict[str, 
             g = paired.get("all" if dom == "mean" else dom)  # the mean's gain: every task pooled
             L.append(f"| {dom} | {start:.3f} | {rl['val_end'].get(dom, float('nan')):.3f} | "
                      + (f"{g['gain']:+.3f} ± {g['se']:.3f}{_star(g)} |" if g else "|"))
+        for part, g in subsets(paired).items():
+            L.append(f"| {part} ({g['n']} tasks) | {g['before']:.3f} | {g['after']:.3f} | "
+                     f"{g['gain']:+.3f} ± {g['se']:.3f}{_star(g)} |")
         L += ["", "\\* beyond two paired standard errors. The mean's gain pools every validated task except "
               "those of a domain marked †. † the multiple-choice answers at the last step sit on one letter: "
               "the score is a constant guess (chance on shuffled options), so that gain is not counted."]
@@ -152,6 +155,9 @@ def write(run_dir: Path, cfg: PipelineConfig, command: str, sections: dict[str, 
                 g = arm_val["rl_minus_arm"].get("all" if dom == "mean" else dom)
                 L.append(f"| {dom} | {v:.3f} | {rl['val_end'].get(dom, float('nan')):.3f} | "
                          + (f"{g['gain']:+.3f} ± {g['se']:.3f}{_star(g)} |" if g else "|"))
+            for part, g in subsets(arm_val["rl_minus_arm"]).items():
+                L.append(f"| {part} ({g['n']} tasks) | {g['before']:.3f} | {g['after']:.3f} | "
+                         f"{g['gain']:+.3f} ± {g['se']:.3f}{_star(g)} |")
     L += ["", "![report](report.png)", ""]
     for name, text in sections.items():
         L += [f"## {name}", "", "```", text.strip("\n"), "```", ""]
@@ -216,6 +222,7 @@ def validation_gains(out_dir: Path, step: int, against: Path | None = None) -> d
     and ``all`` pools the other domains only."""
     from dataclasses import asdict
 
+    from posttrain.envs.arithmetic import phrasing_of
     from posttrain.eval.compare import ONE_LETTER, modal_choice, paired_gain, read_task_reasons, read_task_rewards
 
     first = against or out_dir / "validation" / "step_000000.jsonl"
@@ -234,7 +241,18 @@ def validation_gains(out_dir: Path, step: int, against: Path | None = None) -> d
         pool = [{f"{env}/{i}": r for env in counted for i, r in d[env].items()} for d in (a, b)]
         out["all"] = asdict(paired_gain(*pool))
         out["all"]["domains"] = counted
+    if "arithmetic" in out:  # asked in several wordings (envs/arithmetic.py): the gain of each, "arithmetic · words"
+        kinds = sorted({phrasing_of(i) for i in b["arithmetic"]})
+        for kind in kinds if len(kinds) > 1 else []:
+            sub = [{i: r for i, r in d["arithmetic"].items() if phrasing_of(i) == kind} for d in (a, b)]
+            out[f"arithmetic · {kind}"] = asdict(paired_gain(*sub))
     return out
+
+
+def subsets(gains: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The gains of parts of a domain (``"<domain> · <part>"``, e.g. a wording of the arithmetic
+    problems), listed after the domains' rows; each carries its own before and after."""
+    return {k: g for k, g in gains.items() if " · " in k}
 
 
 def export_tensorboard(run_dir: Path, st: dict[str, dict[str, Any]], cols: list[tuple[str, dict[str, Any]]]) -> None:

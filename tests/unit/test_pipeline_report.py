@@ -105,3 +105,24 @@ def test_rl_mix_is_validated_before_any_work():
         PipelineConfig(rl_mix={"arithmetic": 1.0, "mcq": -1.0})
     with pytest.raises(ValueError, match="code"):
         PipelineConfig(rl_mix={"code": 1.0})  # not one of the pipeline's RLVR domains
+
+
+def test_arithmetic_asked_in_several_wordings_gets_a_gain_per_wording(tmp_path):
+    from posttrain.experiments.pipeline_report import subsets, validation_gains
+
+    ids = ["arith-1+2", "arith-3*4", "arith-words-5-6", "arith-story-7+8", "arith-story-9-1"]
+    for step, rewards in ((0, [1, 1, 0, 0, 0]), (4, [1, 0, 1, 1, 1])):
+        path = tmp_path / "validation" / f"step_{step:06d}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps({"env": "arithmetic", "task_id": i, "reward": r}) + "\n"
+                                for i, r in zip(ids, rewards)))
+    g = validation_gains(tmp_path, 4)
+    parts = subsets(g)
+    assert set(parts) == {"arithmetic · plain", "arithmetic · words", "arithmetic · story"}
+    assert (parts["arithmetic · plain"]["n"], parts["arithmetic · plain"]["gain"]) == (2, -0.5)
+    assert (parts["arithmetic · story"]["before"], parts["arithmetic · story"]["after"]) == (0.0, 1.0)
+    assert g["arithmetic"]["n"] == 5 and "all" not in g  # one domain: nothing to pool
+    # one wording only (the SFT data's): no per-wording rows
+    _records(tmp_path / "validation" / "step_000008.jsonl", {"arithmetic": [0, 1]})
+    _records(tmp_path / "validation" / "step_000000.jsonl", {"arithmetic": [1, 1]})
+    assert subsets(validation_gains(tmp_path, 8)) == {}
