@@ -66,8 +66,10 @@ def is_validation(p: Problem, val_buckets: int = 10) -> bool:
 
 
 def sample_problems(n: int, seed: int, split: Literal["train", "validation"], ops: tuple[Op, ...] = ("+", "-", "*"),
-                    max_digits: int = 2) -> list[Problem]:
-    """``n`` distinct problems of the split. Digits are drawn uniformly in 1..max_digits."""
+                    max_digits: int = 2, min_digits: int = 1) -> list[Problem]:
+    """``n`` distinct problems of the split. Digits are drawn uniformly in 1..max_digits; problems
+    whose longer operand has fewer than ``min_digits`` digits are skipped (min_digits=1 skips none,
+    so the default draws exactly the problems it always has)."""
     rng = random.Random(seed)
     out: list[Problem] = []
     seen: set[Problem] = set()
@@ -79,7 +81,7 @@ def sample_problems(n: int, seed: int, split: Literal["train", "validation"], op
         hi = 10**d - 1
         a, b = rng.randint(0, hi), rng.randint(0, hi if op != "*" else min(hi, 99))
         p = Problem(a, b, op)
-        if p in seen or is_validation(p) != (split == "validation"):
+        if p in seen or is_validation(p) != (split == "validation") or p.digits < min_digits:
             continue
         seen.add(p)
         out.append(p)
@@ -122,21 +124,24 @@ class ArithmeticEnv(Environment):
     name = "arithmetic"
     domain = "math"
 
-    def __init__(self, max_digits: int = 2, ops: list[str] | None = None, phrasings: list[str] | None = None) -> None:
+    def __init__(self, max_digits: int = 2, ops: list[str] | None = None, phrasings: list[str] | None = None,
+                 min_digits: int = 1) -> None:
         if not 1 <= max_digits <= 3:
             raise ValueError(f"max_digits must be 1, 2 or 3, got {max_digits}")
+        if not 1 <= min_digits <= max_digits:
+            raise ValueError(f"min_digits must be between 1 and max_digits ({max_digits}), got {min_digits}")
         unknown = [o for o in ops or [] if o not in ("+", "-", "*")]
         if unknown or ops == []:
             raise ValueError(f"ops must be a non-empty subset of ['+', '-', '*'], got {ops}")
         bad = [k for k in phrasings or [] if k not in ("plain", *WORDINGS)]
         if bad or phrasings == [] or len(set(phrasings or [])) != len(phrasings or []):
             raise ValueError(f"phrasings must be distinct names among ['plain', 'words', 'story'], got {phrasings}")
-        self.max_digits = max_digits
+        self.max_digits, self.min_digits = max_digits, min_digits
         self.ops: tuple[Op, ...] = tuple(ops or ("+", "-", "*"))  # type: ignore[arg-type]
         self.phrasings: tuple[Phrasing, ...] = tuple(phrasings or ("plain",))  # type: ignore[arg-type]
 
     def tasks(self, split: Split = "train", n: int | None = None, seed: int = 0) -> list[Task]:
-        probs = sample_problems(n or DEFAULT_N[split], seed, split, self.ops, self.max_digits)
+        probs = sample_problems(n or DEFAULT_N[split], seed, split, self.ops, self.max_digits, self.min_digits)
         return [problem_task(p, self.phrasings) for p in probs]
 
     def verify(self, task: Task, messages: list[Message]) -> VerifyResult:

@@ -18,7 +18,9 @@ Stages:
                   accuracy has not moved beyond noise in any configuration tried (arithmetic alone,
                   three learning rates; with ``math``), and ``mcq`` in the mix learned to answer "C"
                   to every question, a constant guess at chance that the report marks and does not
-                  count (docs/results/pipeline.md). ``--no-rlvr`` skips it;
+                  count. ``rl_phrasings`` asks the problems in other words as well: RL then gains on
+                  story problems and loses as much on the plain ones the headline measures, per
+                  wording in the report (docs/results/pipeline.md). ``--no-rlvr`` skips it;
 6. **after_rl** — the arithmetic measurements on the RL checkpoint;
    **sft_arm** (``--sft-arm``) — SFT continued from the SFT checkpoint for the RLVR stage's wall
                   time, then **after_sft_arm**, its measurements, and **sft_arm_rl_validation**, the
@@ -90,7 +92,7 @@ def rlvr_envs(cfg: PipelineConfig) -> list[dict[str, Any]]:
     envs = []
     for name, ratio in cfg.rl_mix.items():
         if name == "arithmetic":
-            args = {"max_digits": cfg.max_digits, "phrasings": list(cfg.rl_phrasings)}
+            args = {"max_digits": cfg.max_digits, "min_digits": cfg.rl_min_digits, "phrasings": list(cfg.rl_phrasings)}
             envs.append({"name": "arithmetic", "args": args, "ratio": ratio,
                          "train_tasks": cfg.rl_arith_train_tasks, "task_seed": cfg.seed, "val_tasks": cfg.rl_val_tasks})
         else:

@@ -78,3 +78,13 @@ def test_phrasings_reword_the_same_problems_with_the_same_answer_instruction():
     assert not {_problem(t.id) for t in train} & {_problem(t.id) for t in mixed}
     t = next(t for t in mixed if t.metadata["phrasing"] == "story")
     assert make_env("arithmetic").verify(t, _reply(f"Answer: {t.ground_truth}")).reward == 1.0
+
+
+def test_min_digits_keeps_problems_with_a_long_operand_and_leaves_the_default_draw_alone():
+    two = make_env("arithmetic", min_digits=2).tasks("train", 300, seed=0)
+    assert {t.metadata["digits"] for t in two} == {2}
+    # the default (min_digits=1) draws exactly the problems the SFT data and the pipeline's held-out set use
+    assert [t.id for t in make_env("arithmetic", min_digits=1).tasks("validation", 50, 2)] == \
+        [t.id for t in arithmetic_tasks(50, 2, "validation")]
+    with pytest.raises(ConfigError, match="min_digits must be"):
+        build_envs([EnvSpec(name="arithmetic", args={"min_digits": 3, "max_digits": 2})])

@@ -105,6 +105,10 @@ def test_rl_mix_is_validated_before_any_work():
         PipelineConfig(rl_mix={"arithmetic": 1.0, "mcq": -1.0})
     with pytest.raises(ValueError, match="code"):
         PipelineConfig(rl_mix={"code": 1.0})  # not one of the pipeline's RLVR domains
+    with pytest.raises(ValueError, match="rl_min_digits=3 is above max_digits=2"):
+        PipelineConfig(rl_min_digits=3)
+    with pytest.raises(ValueError, match="rl_phrasings"):
+        PipelineConfig(rl_phrasings=["poem"])
 
 
 def test_arithmetic_asked_in_several_wordings_gets_a_gain_per_wording(tmp_path):
