@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -65,16 +66,22 @@ def summarize(run_dir: Path) -> dict:
     }
 
 
-def kind(run_dir: Path) -> str:
-    """``quick`` when the run's resolved config has ``--quick``'s sizes (whatever its directory name)."""
+def kind(run_dir: Path) -> tuple[str, dict[str, Any]]:
+    """(``quick`` when the run's resolved config has ``--quick``'s sizes (whatever its directory name),
+    else ``default``; the settings in which it differs from that kind's current defaults). A row with
+    differences is not a run of today's command: its ``differs`` says what it ran instead."""
     import yaml
 
-    from posttrain.configs.pipeline import QUICK
+    from posttrain.configs.pipeline import QUICK, PipelineConfig
 
     cfg_path = run_dir / "pipeline.yaml"
     cfg = yaml.safe_load(cfg_path.read_text()) if cfg_path.exists() else {}
     sizes = ("n_train", "sft_steps", "rl_steps", "n_eval")
-    return "quick" if cfg and all(cfg.get(k) == QUICK[k] for k in sizes) else "default"
+    name = "quick" if cfg and all(cfg.get(k) == QUICK[k] for k in sizes) else "default"
+    ref = PipelineConfig(**(QUICK if name == "quick" else {})).model_dump()
+    skip = {"run_dir", "seed", "sft_arm", "distill", "rlhf", "curation", "rlvr"}  # where and which stages: not settings
+    differs = {k: v for k, v in cfg.items() if k not in skip and k in ref and ref[k] != v}
+    return name, differs
 
 
 def main() -> None:
@@ -104,7 +111,8 @@ def main() -> None:
 
     rows = []
     for d in runs:
-        row = {"bench": "pipeline", "kind": kind(d),
+        run_kind, differs = kind(d)
+        row = {"bench": "pipeline", "kind": run_kind, "differs": differs,
                "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "commit": commit(), "cpus": os.cpu_count(),
                "threads": args.threads, "loadavg_end": [round(x, 2) for x in os.getloadavg()],
                "python": platform.python_version(), **summarize(d)}
