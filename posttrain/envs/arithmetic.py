@@ -19,8 +19,8 @@ from posttrain.envs.base import ENVIRONMENTS, Environment, Message, Split, Task,
 from posttrain.envs.math_env import MathEnv
 
 Op = Literal["+", "-", "*"]
-PROMPT = "What is {a} {op} {b}? Think step by step, then give the result as 'Answer: <number>'."
 INSTRUCTION = " Think step by step, then give the result as 'Answer: <number>'."
+PROMPT = "What is {a} {op} {b}?" + INSTRUCTION
 Phrasing = Literal["plain", "words", "story"]
 # Two wordings per operation and kind; a subtraction may go below zero, so its stories are of
 # quantities that can (a temperature, a bank balance).
@@ -60,9 +60,14 @@ class Problem:
         return max(len(str(self.a)), len(str(self.b)))
 
 
+def _hash(p: Problem, salt: str = "") -> int:
+    """A stable hash of the problem (no salt: the split's; a salt: an independent choice such as the wording)."""
+    key = f"{salt}|{p.a}{p.op}{p.b}" if salt else f"{p.a}{p.op}{p.b}"
+    return int(hashlib.sha1(key.encode()).hexdigest()[:8], 16)
+
+
 def is_validation(p: Problem, val_buckets: int = 10) -> bool:
-    h = int(hashlib.sha1(f"{p.a}{p.op}{p.b}".encode()).hexdigest()[:8], 16)
-    return h % val_buckets == 0
+    return _hash(p) % val_buckets == 0
 
 
 def sample_problems(n: int, seed: int, split: Literal["train", "validation"], ops: tuple[Op, ...] = ("+", "-", "*"),
@@ -89,10 +94,6 @@ def sample_problems(n: int, seed: int, split: Literal["train", "validation"], op
 
 
 DEFAULT_N = {"train": 2000, "validation": 200}
-
-
-def _hash(p: Problem, salt: str) -> int:
-    return int(hashlib.sha1(f"{salt}|{p.a}{p.op}{p.b}".encode()).hexdigest()[:8], 16)
 
 
 def phrase(p: Problem, phrasings: tuple[Phrasing, ...]) -> tuple[Phrasing, str]:

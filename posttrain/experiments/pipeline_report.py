@@ -131,9 +131,7 @@ def write(run_dir: Path, cfg: PipelineConfig, command: str, sections: dict[str, 
             g = paired.get("all" if dom == "mean" else dom)  # the mean's gain: every task pooled
             L.append(f"| {dom} | {start:.3f} | {rl['val_end'].get(dom, float('nan')):.3f} | "
                      + (f"{g['gain']:+.3f} ± {g['se']:.3f}{_star(g)} |" if g else "|"))
-        for part, g in subsets(paired).items():
-            L.append(f"| {part} ({g['n']} tasks) | {g['before']:.3f} | {g['after']:.3f} | "
-                     f"{g['gain']:+.3f} ± {g['se']:.3f}{_star(g)} |")
+        L += _subset_rows(paired)
         L += ["", "\\* beyond two paired standard errors. The mean's gain pools every validated task except "
               "those of a domain marked †. † the multiple-choice answers at the last step sit on one letter: "
               "the score is a constant guess (chance on shuffled options), so that gain is not counted."]
@@ -155,9 +153,7 @@ def write(run_dir: Path, cfg: PipelineConfig, command: str, sections: dict[str, 
                 g = arm_val["rl_minus_arm"].get("all" if dom == "mean" else dom)
                 L.append(f"| {dom} | {v:.3f} | {rl['val_end'].get(dom, float('nan')):.3f} | "
                          + (f"{g['gain']:+.3f} ± {g['se']:.3f}{_star(g)} |" if g else "|"))
-            for part, g in subsets(arm_val["rl_minus_arm"]).items():
-                L.append(f"| {part} ({g['n']} tasks) | {g['before']:.3f} | {g['after']:.3f} | "
-                         f"{g['gain']:+.3f} ± {g['se']:.3f}{_star(g)} |")
+            L += _subset_rows(arm_val["rl_minus_arm"])
     L += ["", "![report](report.png)", ""]
     for name, text in sections.items():
         L += [f"## {name}", "", "```", text.strip("\n"), "```", ""]
@@ -179,6 +175,12 @@ def write(run_dir: Path, cfg: PipelineConfig, command: str, sections: dict[str, 
     out = run_dir / "report.md"
     out.write_text("\n".join(L) + "\n")
     return out
+
+
+def _subset_rows(gains: dict[str, dict[str, Any]]) -> list[str]:
+    """Table rows of a domain's parts (``subsets``): before and after are each gain's own."""
+    return [f"| {part} ({g['n']} tasks) | {g['before']:.3f} | {g['after']:.3f} | {g['gain']:+.3f} ± {g['se']:.3f}{_star(g)} |"
+            for part, g in subsets(gains).items()]
 
 
 def _clock(arm: dict[str, Any]) -> str:
