@@ -60,6 +60,12 @@ class PipelineConfig(StrictModel):
     """The RLVR stage's arithmetic problems (training and validation) have a longer operand of at
     least this many digits (at most ``max_digits``); 2 leaves out the 1-digit problems, whose short
     traces RL otherwise carries over to 2-digit ones — which did not stop the plain loss above."""
+    rl_sft_anchor: float = Field(0.0, ge=0)
+    """Weight of the supervised anchor in the RLVR stage (InstructGPT's PPO-ptx, ``algo.sft_anchor``):
+    each GRPO step also trains on ``rl_anchor_rows`` conversations of the SFT data, this times their
+    token-mean cross-entropy. 0: off."""
+    rl_anchor_rows: int = Field(8, ge=1)
+    """SFT conversations per RLVR step for the anchor."""
     rl_mix: dict[Literal["arithmetic", "math", "mcq", "instruction"], float] = Field(
         default_factory=lambda: {"arithmetic": 1.0})
     """Domains of the RLVR stage and their sampling ratios. ``arithmetic`` is the pipeline's own

@@ -112,6 +112,21 @@ class RolloutConfig(StrictModel):
         return fill_default_types(cls, v)
 
 
+class SFTAnchorConfig(StrictModel):
+    """Supervised rows in every RL step (InstructGPT's PPO-ptx): the loss adds ``coef`` x the token-mean
+    cross-entropy of ``rows_per_step`` conversations drawn from ``data``, so what SFT taught is pulled
+    back while the reward teaches something else. Off (``data: null``) by default."""
+
+    data: str | None = None
+    """JSONL of conversations (the SFT data, e.g. ``runs/pipeline/data/train.jsonl``); None: off."""
+    coef: float = Field(1.0, gt=0)
+    """Weight of the supervised term against the policy-gradient loss (each a token mean)."""
+    rows_per_step: int = Field(8, ge=1)
+    """Conversations per step, drawn from ``data`` as a function of (seed, step)."""
+    max_seq_len: int = Field(512, ge=16)
+    """Packed row length (and per-conversation cut) of the supervised rows."""
+
+
 class AlgoConfig(StrictModel):
     advantage: AdvantageConfig = Field(default_factory=GRPOAdvantageConfig)
     """Advantage estimator and its settings, e.g. ``{type: grpo, scale_by_std: false}`` (Dr. GRPO)."""
@@ -128,6 +143,8 @@ class AlgoConfig(StrictModel):
     """With the dynamic filter: up to this many extra sampling rounds per step, each replacing the
     dropped groups with fresh tasks of the same environments (DAPO's resampling); 0 trains on the
     short batch."""
+    sft_anchor: SFTAnchorConfig = Field(default_factory=SFTAnchorConfig)
+    """Supervised rows mixed into every step (PPO-ptx), e.g. ``{data: runs/p/data/train.jsonl, coef: 1}``."""
     skip_zero_advantage: bool = True
     """Leave rollouts with an all-zero advantage out of the forward/backward (same update, less work);
     ignored when a loss term has a gradient everywhere."""

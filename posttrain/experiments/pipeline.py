@@ -112,6 +112,10 @@ def rl_overrides(cfg: PipelineConfig, out_dir: Path, model: str, steps: int, env
                  f"rollout.batch_size={cfg.rl_prompts_per_step * cfg.rl_group_size}",
                  f"rollout.max_new_tokens={cfg.max_new_tokens}", f"rollout.temperature={cfg.rl_temperature}",
                  "rollout.reasoning=true", f"optim.lr={cfg.rl_lr}"]
+        if cfg.rl_sft_anchor > 0:  # the SFT stage's data (make_data), beside the run directory
+            data = out_dir.parent / "data" / "train.jsonl"
+            batch += [f"algo.sft_anchor.data={json.dumps(str(data))}", f"algo.sft_anchor.coef={cfg.rl_sft_anchor}",
+                      f"algo.sft_anchor.rows_per_step={cfg.rl_anchor_rows}"]
     else:
         batch = ["rollout.prompts_per_step=6", "rollout.group_size=6", "rollout.batch_size=36",
                  "rollout.max_new_tokens=96", "rollout.temperature=0.7",  # at 1.0 a 135M model's samples are mostly noise

@@ -366,7 +366,8 @@ def update(t: Trainer, stage: Stage, micro: list[Any], loss_fn: Callable[[Any], 
         t.monitor.clear()  # drop routing recorded while sampling / evaluating: only training passes count
     lb_coef = t.cfg.moe.lb_coef if stage.balance_loss and t.monitor is not None else 0.0
     sums: dict[str, float] = {}
-    weight = loss_total = lb_total = 0.0
+    weights: dict[str, float] = {}  # per metric: micro-batches may report different metrics (RL's anchor rows)
+    loss_total = lb_total = 0.0
     loads: dict[str, Any] = {}
     for mb in sharding.share(micro, t.ranks):
         padding = mb is None  # this rank's share is short: the same passes as the others, no gradient
@@ -385,16 +386,18 @@ def update(t: Trainer, stage: Stage, micro: list[Any], loss_fn: Callable[[Any], 
         w = 0.0 if padding else (out.metrics_weight if out.metrics_weight is not None else float(x.mask_BT.sum()))
         for k, v in out.metrics.items():
             sums[k] = sums.get(k, 0.0) + v * w
-        weight += w
+            weights[k] = weights.get(k, 0.0) + w
         loss_total += 0.0 if padding else float(out.loss.detach())
         if t.monitor is not None:  # keep the expert load, drop the recorded graphs
             for name, load in t.monitor.observed_load().items():
                 loads[name] = loads.get(name, 0) + load
             t.monitor.clear()
     if t.ranks is not None:
-        sums = sharding.all_reduce_sum({**sums, " weight": weight, " loss": loss_total})
-        weight, loss_total = sums.pop(" weight"), sums.pop(" loss")
-    m: dict[str, Any] = {k: v / weight for k, v in sums.items()} if weight else {}
+        total = sharding.all_reduce_sum({**sums, **{" w " + k: w for k, w in weights.items()}, " loss": loss_total})
+        loss_total = total.pop(" loss")
+        weights = {k[3:]: total.pop(k) for k in list(total) if k.startswith(" w ")}
+        sums = total
+    m: dict[str, Any] = {k: v / weights[k] for k, v in sums.items() if weights.get(k)}
     m["loss"] = loss_total
     norm = torch.nn.utils.clip_grad_norm_(t.params, t.cfg.optim.grad_clip)
     m["grad_norm"] = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)

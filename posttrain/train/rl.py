@@ -22,6 +22,8 @@ Algorithm (docs/recipe.md §2), one synchronous on-policy step:
    clip-higher, token-level normalisation over the whole step, masked importance sampling against
    the sampler's log-probs); clipping; AdamW; the rollout engine gets the new weights. NemotronH:
    router weights are frozen, the aux-loss-free expert biases follow the training passes' load.
+   With ``algo.sft_anchor`` the step also trains on a few supervised rows (InstructGPT's PPO-ptx):
+   ``coef`` x their token-mean cross-entropy joins the loss (:class:`AnchoredLoss`).
 
 Scale-out (``scale.backend: ray``, ``posttrain/scale/``): the same stage runs in a Ray trainer actor
 with a rollout *source* in place of its own engine — rollout and verification workers sample and
@@ -187,6 +189,97 @@ def step_metrics(rollouts: list[Rollout], names: list[str]) -> dict[str, Any]:
     return m
 
 
+# --------------------------------------------------------------------------- the supervised anchor
+
+
+@dataclass
+class AnchorRows:
+    """One step's supervised rows (``algo.sft_anchor``), packed as the SFT stage packs them."""
+
+    rows: list[dict[str, Any]]  # tensors of each packed (or padded) row
+    num_tokens: int  # their trained tokens: the term is a token mean over the step's rows
+
+    def loss_inputs(self, model: Any, j: int) -> Any:
+        from posttrain.algos.losses import LossInputs
+        from posttrain.train.sft import row_logprobs
+
+        logprobs_BT, mask_BT = row_logprobs(model, self.rows[j])
+        return LossInputs(logprobs_BT, mask_BT, num_tokens=float(self.num_tokens))  # no advantage: supervised
+
+
+def load_anchor(cfg: RLConfig, tokenizer: Any) -> list[Any]:
+    """The anchor's conversations, tokenized as SFT does (reasoning and tools as each row says)."""
+    from posttrain.data.conversations import read_conversations
+    from posttrain.train.sft import tokenize_rows
+
+    a = cfg.algo.sft_anchor
+    rows, _ = read_conversations(a.data)  # type: ignore[arg-type]
+    examples, _ = tokenize_rows(tokenizer, rows, a.max_seq_len)
+    if not examples:
+        raise UserError(f"algo.sft_anchor.data={a.data}: no row has an assistant token to train on")
+    return examples
+
+
+def anchor_rows_pick(examples: list[Any], cfg: RLConfig, step: int) -> list[Any]:
+    """``rows_per_step`` conversations drawn without replacement as a function of (seed, step), so a
+    resumed run trains on the same rows."""
+    import random
+
+    n = min(cfg.algo.sft_anchor.rows_per_step, len(examples))
+    return [examples[i] for i in random.Random(f"{cfg.train.seed}-anchor-{step}").sample(range(len(examples)), n)]
+
+
+def anchor_rows(examples: list[Any], cfg: RLConfig, step: int, pack: bool, pad_id: int) -> AnchorRows:
+    """The step's anchor rows (:func:`anchor_rows_pick`), packed."""
+    from posttrain.data.packing import pack_examples, pad_examples
+
+    a = cfg.algo.sft_anchor
+    chosen = anchor_rows_pick(examples, cfg, step)
+    rows = pack_examples(chosen, a.max_seq_len, pad_id) if pack else pad_examples(chosen, a.max_seq_len, pad_id)
+    rows = [r for r in rows if r.n_target_tokens]
+    return AnchorRows([r.to_tensors() for r in rows], sum(r.n_target_tokens for r in rows))
+
+
+@dataclass
+class AnchoredLoss:
+    """The RL loss on rollouts, and ``coef`` x the cross-entropy (``ce``) on the anchor's rows, told
+    apart by their inputs: supervised rows carry no advantage. Both are token means over the step
+    (each over its own tokens), so ``coef`` weighs the two directly."""
+
+    main: Any
+    coef: float
+
+    @property
+    def dense(self) -> bool:
+        return bool(self.main.dense)
+
+    def __call__(self, x: Any) -> Any:
+        from posttrain.algos.losses import LossOutput, cross_entropy_loss
+
+        if x.advantages_BT is not None:
+            return self.main(x)
+        out = cross_entropy_loss(x)
+        return LossOutput(self.coef * out.loss, {"anchor_nll": out.metrics["nll"]})
+
+
+def check_anchor(cfg: RLConfig) -> None:
+    """The anchor's data file reads as conversations (one line naming the file and the problem)."""
+    from posttrain.data.conversations import read_conversations
+
+    if cfg.algo.sft_anchor.data:
+        rows, _ = read_conversations(cfg.algo.sft_anchor.data)
+        if not rows:
+            raise UserError(f"algo.sft_anchor.data={cfg.algo.sft_anchor.data}: no conversation in the file")
+
+
+def make_rl_loss(cfg: RLConfig) -> Any:
+    """The registry's loss and terms, wrapped in :class:`AnchoredLoss` when ``algo.sft_anchor`` is on."""
+    from posttrain.algos.losses import make_loss
+
+    loss = make_loss(cfg.algo.loss, cfg.algo.loss_terms)
+    return AnchoredLoss(loss, cfg.algo.sft_anchor.coef) if cfg.algo.sft_anchor.data else loss
+
+
 # --------------------------------------------------------------------------- the stage
 
 
@@ -200,8 +293,12 @@ class RLStep:
     advantages_BT: Any
     pack: bool
     pad_id: int
+    anchor: "AnchorRows | None" = None
 
-    def loss_inputs(self, model: Any, idx: list[int]) -> Any:
+    def loss_inputs(self, model: Any, idx: Any) -> Any:
+        if isinstance(idx, tuple):  # ("anchor", j): the j-th packed supervised row
+            assert self.anchor is not None
+            return self.anchor.loss_inputs(model, idx[1])
         return rl_loss_inputs(model, self.rollouts, self.batch, self.advantages_BT, idx, self.pack, self.pad_id)
 
 
@@ -230,6 +327,7 @@ class RLStage:
         self.skip = cfg.algo.skip_zero_advantage and not dense_loss
         self.best = BestCheckpoint(t.run_dir)
         self.current: RLStep | None = None
+        self.anchor = load_anchor(cfg, t.tokenizer) if cfg.algo.sft_anchor.data else None
         self.first_metrics: dict[str, Any] = {}  # logged with the run's first step (begin)
         if source is not None and reward is not None:
             raise ValueError("a custom reward scorer runs in process only (scale.backend: inprocess)")
@@ -305,14 +403,19 @@ class RLStage:
         t0 = time.perf_counter()
         batch, filt = filtered_batch(rollouts, self.cfg.algo)
         m.update(run_scorers(self.scorers, "signal", rollouts, batch), groups_dropped=filt["groups_dropped"])
-        self.current = RLStep(rollouts, batch, self.estimator(batch), self.pack, self.t.pad_id)
+        anchor = (anchor_rows(self.anchor, self.cfg, step, self.pack, self.t.pad_id)
+                  if self.anchor is not None else None)
+        self.current = RLStep(rollouts, batch, self.estimator(batch), self.pack, self.t.pad_id, anchor)
         rows = trained_rows(batch, self.current.advantages_BT, self.skip)
         # a sharded trainer: each rank an equal share of the rows (one share when not sharded); the
         # loss divides by the whole step's tokens (num_tokens), so the ranks' gradients add up
         n = self.t.ranks.world if self.t.ranks is not None else 1
         cuts = [len(rows) * r // n for r in range(n + 1)]
-        micro = interleave([rl_micro_batches(rollouts, rows[a:b], self.cfg.train.micro_batch_tokens, self.pack)
-                            for a, b in zip(cuts, cuts[1:])])
+        micro: list[Any] = interleave([rl_micro_batches(rollouts, rows[a:b], self.cfg.train.micro_batch_tokens,
+                                                        self.pack) for a, b in zip(cuts, cuts[1:])])
+        if anchor is not None:  # the supervised rows: micro-batches of their own (sharded like the rest)
+            micro += [("anchor", j) for j in range(len(anchor.rows))]
+            m["anchor_tokens"] = float(anchor.num_tokens)
         m.update(rollouts_trained=len(rows), tokens_in_batch=float(batch.mask_BT.sum()),
                  rollouts_zero_adv=int(batch.valid_B.sum()) - len(rows), time_score_s=time.perf_counter() - t0)
         return StepBatch(micro, m, inputs=self.current)
@@ -400,7 +503,6 @@ def train_rl(cfg: RLConfig, progress: bool = True, stop_after: int | None = None
     (tests) returns right after that step as if killed there. ``source(t, plan)``: builds where the
     rollouts come from instead of the stage's own engine (``scale/rollouts.py``: Ray rollout and
     verification workers; it has ``batch``, ``sample``, ``publish`` and ``close``)."""
-    from posttrain.algos.losses import make_loss
     from posttrain.envs.build import build_envs
     from posttrain.train import loop
     from posttrain.train.checkpoint import latest_checkpoint
@@ -410,11 +512,12 @@ def train_rl(cfg: RLConfig, progress: bool = True, stop_after: int | None = None
     if cfg.scale.backend != "inprocess" and source is None:  # never a silent in-process run
         raise UserError(f"scale.backend: {cfg.scale.backend} runs through `posttrain rl` (posttrain/scale/controller.py);"
                         " this stage runs in process only: set scale.backend=inprocess")
-    loss_fn = make_loss(cfg.algo.loss, cfg.algo.loss_terms)
-    # what the config names outside itself (environments, servers, the profile) is checked before
-    # the model loads: a wrong name or a dead URL fails in seconds with one line
+    loss_fn = make_rl_loss(cfg)
+    # what the config names outside itself (environments, servers, the profile, the anchor's data)
+    # is checked before the model loads: a wrong name or a dead URL fails in seconds with one line
     envs = build_envs(cfg.envs)
     check_profile(cfg)
+    check_anchor(cfg)
     t = loop.setup(cfg, freeze_routers=True, numerics="rl")
     stage = RLStage(cfg, t, scorers, dense_loss=loss_fn.dense, envs=envs,
                     reward=reward(t) if reward is not None else None, source=source)
@@ -431,8 +534,7 @@ def follow_rl(cfg: RLConfig, publish: Any) -> None:
     """Ranks > 0 of a sharded trainer (``scale.trainer.count`` > 1): the same model set-up as
     :func:`train_rl`, then their share of every update and of every gather, as rank 0 asks
     (``train/loop.py: follow``). ``publish(model, version)``: this rank's half of the weight sync."""
-    from posttrain.algos.losses import make_loss
     from posttrain.train import loop
 
     t = loop.setup(cfg, freeze_routers=True, numerics="rl")
-    loop.follow(t, make_loss(cfg.algo.loss, cfg.algo.loss_terms), publish)
+    loop.follow(t, make_rl_loss(cfg), publish)

@@ -135,12 +135,15 @@ def send(msg: Any) -> Any:
 
 
 def all_reduce_sum(values: dict[str, float]) -> dict[str, float]:
-    """Per-key sums over the ranks (every rank has the same keys)."""
+    """Per-key sums over the ranks; a key some rank lacks counts 0 there (a rank whose share of the
+    step held only RL's supervised anchor rows reports none of the policy-gradient metrics)."""
     import torch
     import torch.distributed as dist
 
-    keys = sorted(values)
-    t = torch.tensor([values[k] for k in keys], dtype=torch.float64, device=_CURRENT.device if _CURRENT else "cpu")
+    names: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(names, sorted(values))
+    keys = sorted(set().union(*names))
+    t = torch.tensor([values.get(k, 0.0) for k in keys], dtype=torch.float64, device=_CURRENT.device if _CURRENT else "cpu")
     dist.all_reduce(t)
     return dict(zip(keys, t.tolist()))
 

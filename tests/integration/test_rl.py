@@ -347,3 +347,60 @@ def test_ratio_zero_environment_is_validated_but_never_trained(tmp_path):
     assert "val_reward/test_two_turn" in res.last and "reward/test_two_turn" not in res.last
     with pytest.raises(Exception, match="ratio > 0"):
         train_rl(_cfg(tmp_path / "bad", envs="[{name: test_even_length, ratio: 0}]"), progress=False)
+
+
+def _anchor_data(path, n=6):
+    rows = [{"messages": [{"role": "user", "content": f"Say {i}."}, {"role": "assistant", "content": f"{i} {i} {i}"}]}
+            for i in range(n)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_sft_anchor_trains_the_supervised_rows_every_step(tmp_path):
+    """algo.sft_anchor (PPO-ptx): every step also trains on rows of the SFT data, so their
+    cross-entropy falls where a run with a negligible coefficient leaves it; its metrics are its own
+    (the pg metrics still average over rollout tokens only) and the rows are a function of (seed, step)."""
+    data = _anchor_data(tmp_path / "sft.jsonl")
+
+    def run(name, coef):
+        cfg = _cfg(tmp_path / name, **{"train.steps": 6, "train.eval_every": 0, "optim.lr": 3e-3,
+                                       "algo.sft_anchor.data": json.dumps(str(data)), "algo.sft_anchor.coef": coef,
+                                       "algo.sft_anchor.rows_per_step": 3})
+        train_rl(cfg, progress=False)
+        return cfg, [json.loads(x) for x in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+
+    cfg, rows = run("anchored", 5.0)
+    _, control = run("control", 1e-9)
+    assert all(m["anchor_tokens"] > 0 and "anchor_nll" in m for m in rows)
+    assert rows[0]["anchor_nll"] == pytest.approx(control[0]["anchor_nll"], rel=1e-4)  # same weights, same rows
+    assert rows[-1]["anchor_nll"] < control[-1]["anchor_nll"] - 0.3
+    assert all(0 <= m["is_masked_frac"] <= 1 for m in rows if "is_masked_frac" in m)
+    examples = [object() for _ in range(6)]
+    pick = lambda step: [id(e) for e in rl.anchor_rows_pick(examples, cfg, step)]  # noqa: E731
+    assert pick(2) == pick(2) and pick(2) != pick(3)
+
+
+def test_sft_anchor_loss_routes_rows_by_their_inputs():
+    """Rollout rows (with an advantage) get the RL loss; supervised rows coef x cross-entropy."""
+    from posttrain.algos.losses import LossInputs, cross_entropy_loss
+
+    lp = torch.tensor([[-1.0, -2.0, -0.5]], requires_grad=True)
+    mask = torch.ones(1, 3, dtype=torch.bool)
+    loss = rl.AnchoredLoss(make_loss("pg", is_mode="none"), coef=0.3)
+    sup = loss(LossInputs(lp, mask, num_tokens=6.0))
+    assert torch.allclose(sup.loss, 0.3 * cross_entropy_loss(LossInputs(lp, mask, num_tokens=6.0)).loss)
+    assert set(sup.metrics) == {"anchor_nll"}
+    pg = loss(LossInputs(lp, mask, advantages_BT=torch.ones(1, 3)))
+    assert "clip_frac" in pg.metrics and "anchor_nll" not in pg.metrics
+
+
+def test_sft_anchor_bad_data_fails_before_the_model_loads(tmp_path):
+    from posttrain.errors import UserError
+
+    with pytest.raises(UserError, match="not found"):
+        train_rl(_cfg(tmp_path / "run", **{"algo.sft_anchor.data": str(tmp_path / "missing.jsonl")}), progress=False)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"messages": "nope"}\n')
+    with pytest.raises(UserError):
+        train_rl(_cfg(tmp_path / "run2", **{"algo.sft_anchor.data": str(bad)}), progress=False)
+    assert not (tmp_path / "run2" / "metrics.jsonl").exists()
