@@ -81,7 +81,7 @@ RL_DOMAINS: dict[str, dict[str, Any]] = {
 def mix_envs(cfg: PipelineConfig, ratios: dict[str, float]) -> list[dict[str, Any]]:
     """The three-domain mix; a domain with ratio 0 is validated but not trained."""
     return [{"name": name, "args": args, "ratio": ratios.get(name, 0.0), "train_tasks": cfg.rl_train_tasks,
-             "val_tasks": cfg.rl_val_tasks} for name, args in RL_DOMAINS.items()]
+             "val_tasks": cfg.rl_mix_val_tasks} for name, args in RL_DOMAINS.items()]
 
 
 def rlvr_envs(cfg: PipelineConfig) -> list[dict[str, Any]]:
@@ -160,6 +160,8 @@ def run_rl(cfg: PipelineConfig, out_dir: Path, model: str, steps: int, envs: lis
             "trained_domains": sorted(e["name"] for e in envs if e["ratio"] > 0), "val_tasks": cfg.rl_val_tasks,
             "val_start": validation_at(out_dir, 0), "val_end": validation_at(out_dir, res.steps),
             "val_gains": validation_gains(out_dir, res.steps),
+            "anchor": ({"coef": cfg.rl_sft_anchor, "rows": cfg.rl_anchor_rows}
+                       if rlvr_stage and cfg.rl_sft_anchor > 0 else None),
             "best_step": res.best_step, "best_val_reward": res.best_val_reward,
             "rewards_png": str(out_dir / "rewards.png")}
 
@@ -194,7 +196,7 @@ def run_rlhf(cfg: PipelineConfig, run_dir: Path, sft: dict[str, Any], start: str
 
             out_dir = run_dir / "genrm"
             envs = [{"name": "genrm", "args": {"math_pairs": cfg.genrm_pairs}, "train_tasks": 2 * cfg.genrm_pairs,
-                     "val_tasks": cfg.rl_val_tasks}]
+                     "val_tasks": cfg.rl_mix_val_tasks}]
             over = [o for o in rl_overrides(cfg, out_dir, sft["checkpoint"], cfg.genrm_steps, mix_envs(cfg, {}))
                     if not o.startswith("envs=")]
             mine = [o for o in cfg.rlhf_overrides if not o.startswith(("judge.", "length_control."))]  # RLHF's own
@@ -215,7 +217,7 @@ def run_rlhf(cfg: PipelineConfig, run_dir: Path, sft: dict[str, Any], start: str
         over = rl_overrides(cfg, out_dir, start, cfg.rlhf_steps, mix_envs(cfg, {d: 1.0 for d in RL_DOMAINS}))
         res = train_rlhf(load_config(RLHFConfig, None, over + [f"{key}={json.dumps(judge)}"] + cfg.rlhf_overrides))
         rows = [r for r in read_metrics(out_dir) if "response_tokens_mean" in r]
-        return {"checkpoint": str(res.checkpoint), "judge": judge, "steps": res.steps, "val_tasks": cfg.rl_val_tasks,
+        return {"checkpoint": str(res.checkpoint), "judge": judge, "steps": res.steps, "val_tasks": cfg.rl_mix_val_tasks,
                 "val_start": validation_at(out_dir, 0), "val_end": validation_at(out_dir, res.steps),
                 "reply_tokens_first": rows[0]["response_tokens_mean"] if rows else None,
                 "reply_tokens_last": rows[-1]["response_tokens_mean"] if rows else None,
@@ -267,7 +269,8 @@ def report(run_dir: Path, before: dict[str, Any], after: dict[str, Any], sft: di
         f"  SFT: {sft['steps']} steps, {sft['tokens_trained']} trained tokens",
     ]
     if rl:
-        lines.append(f"  RLVR: {rl['steps']} GRPO steps on {', '.join(rl['trained_domains'])} from the SFT checkpoint")
+        lines.append(f"  RLVR: {rl['steps']} GRPO steps on {', '.join(rl['trained_domains'])} from the SFT checkpoint"
+                     + pipeline_report.anchor_phrase(rl))
     if arm:
         clock = arm.get("budget_clock", "seconds")
         what = "CPU s" if clock == "cpu_seconds" else "s"

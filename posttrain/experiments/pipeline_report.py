@@ -123,7 +123,7 @@ def write(run_dir: Path, cfg: PipelineConfig, command: str, sections: dict[str, 
                      f"{'yes' if abs(g['gain']) > 2 * g['se'] else 'no'} |")
     rl = rep.get("rl")
     if rl:
-        L += ["", f"## RLVR ({rl['steps']} GRPO steps on {', '.join(rl['trained_domains'])})", "",
+        L += ["", f"## RLVR ({rl['steps']} GRPO steps on {', '.join(rl['trained_domains'])}{anchor_phrase(rl)})", "",
               f"Its own held-out validation (greedy, {rl['val_tasks']} tasks per environment), step 0 → "
               f"{rl['steps']}:", "", "| environment | step 0 | last step | gain ± paired se |", "|---|---|---|---|"]
         paired = rl.get("val_gains", {})  # computed once by the RLVR stage (pipeline.run_rl)
@@ -175,6 +175,12 @@ def write(run_dir: Path, cfg: PipelineConfig, command: str, sections: dict[str, 
     out = run_dir / "report.md"
     out.write_text("\n".join(L) + "\n")
     return out
+
+
+def anchor_phrase(rl: dict[str, Any]) -> str:
+    """How the RLVR stage kept the SFT data in its steps (``rl_sft_anchor``), or nothing when it did not."""
+    a = rl.get("anchor")
+    return f", each step also {a['rows']} SFT rows at weight {a['coef']:g} (the SFT anchor)" if a else ""
 
 
 def _subset_rows(gains: dict[str, dict[str, Any]]) -> list[str]:

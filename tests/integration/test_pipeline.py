@@ -27,7 +27,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 TINY = {
     "model": "tiny-llama", "n_train": 16, "n_eval": 4, "n_val_rows": 4, "sft_steps": 2, "sft_batch_size": 4,
-    "max_new_tokens": 8, "eval_batch_size": 4, "eval_samples": 2, "rl_steps": 2, "rl_val_tasks": 2, "rl_train_tasks": 4,
+    "max_new_tokens": 8, "eval_batch_size": 4, "eval_samples": 2, "rl_steps": 2, "rl_val_tasks": 2, "rl_mix_val_tasks": 2, "rl_train_tasks": 4,
     "specialist_steps": 1, "distill_steps": 1, "rl_mix": "{arithmetic: 1.0, mcq: 1.0}", "rl_mix_train_tasks": 4,
     "rl_overrides": "[rollout.prompts_per_step=3, rollout.group_size=2, rollout.max_new_tokens=6, "
                     "algo.overlong_filter=false, optim.lr=1e-3]",
@@ -114,6 +114,16 @@ def test_pipeline_with_rlvr_and_distill_reports_resumes_and_writes_loadable_chec
     ratios = {name: {e["name"]: e["ratio"] for e in c["envs"]} for name, c in saved.items()}
     assert ratios["rl"] == {"arithmetic": 1.0, "mcq": 1.0}
     assert saved["rl"]["rollout"]["reasoning"] and saved["rl"]["optim"]["lr"] == 1e-3  # rl_overrides win
+    # the RLVR stage keeps the SFT data in its steps (the SFT anchor): its rows train even though the
+    # tiny model's rewards are all equal (every group dropped)
+    anchor = saved["rl"]["algo"]["sft_anchor"]
+    assert anchor["data"] == str(run_dir / "data" / "train.jsonl") and anchor["coef"] == pipeline.PipelineConfig().rl_sft_anchor
+    rl_metrics = [json.loads(x) for x in (run_dir / "rl" / "metrics.jsonl").read_text().splitlines() if '"loss"' in x]
+    assert rl_metrics and all(m["anchor_tokens"] > 0 and m["anchor_nll"] > 0 for m in rl_metrics)
+    assert rl["anchor"] == {"coef": anchor["coef"], "rows": anchor["rows_per_step"]}
+    assert "SFT rows at weight" in md
+    assert all("sft_anchor" not in c["algo"] or not c["algo"]["sft_anchor"]["data"]
+               for name, c in saved.items() if name != "rl")  # the distill runs train on their rollouts only
     assert ratios["specialist_math"] == {"math": 1.0, "mcq": 0.0, "instruction": 0.0}
     assert ratios["specialist_instruction"] == {"math": 0.0, "mcq": 0.0, "instruction": 1.0}
     assert ratios["mopd"] == {"math": 1.0, "mcq": 0.0, "instruction": 1.0}
