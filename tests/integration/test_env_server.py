@@ -602,7 +602,11 @@ def test_any_unhandled_error_is_a_json_500(add_server):
     # an environment's answer that cannot be serialized escapes the endpoint: the catch-all handler
     _, url = add_server
     task = Task("odd-1", "math", [{"role": "user", "content": "?"}], ground_truth="surrogate")
-    r = post(f"{url}/verify", json=build_verify_body(task, [{"role": "assistant", "content": "Answer: 1"}]))
+    # uvicorn closes a connection after an exception escaped the app (its 500 already sent); without
+    # "Connection: close" the shared client keeps that socket in its pool, and the next test's request
+    # raced the close under load: "Connection reset by peer" in two full runs of these sessions
+    r = post(f"{url}/verify", json=build_verify_body(task, [{"role": "assistant", "content": "Answer: 1"}]),
+             headers={"connection": "close"})
     assert r.status_code == 500 and r.headers["content-type"] == "application/json"
     assert r.json()["detail"].startswith("internal error: ")
 
