@@ -36,7 +36,8 @@ class PipelineConfig(StrictModel):
     SFT on the curated rows vs on as many unfiltered samples (experiments/curation.py; ~12 min)."""
     rlvr: bool = True
     """Run the RLVR stage: GRPO from the SFT checkpoint on the ``arithmetic`` environment (the
-    train split of the problems the held-out accuracy measures), reasoning-on prompts as measured."""
+    train split of the problems the held-out accuracy measures, in ``rl_phrasings``), reasoning-on
+    prompts as measured, with the SFT anchor (``rl_sft_anchor``)."""
     rl_steps: int = Field(24, ge=1)
     """GRPO steps of the RLVR stage (``rl_prompts_per_step`` x ``rl_group_size`` rollouts each)."""
     rl_lr: float = Field(2e-5, gt=0)

@@ -9,18 +9,17 @@ Stages:
 3. **sft**      — supervised fine-tuning (train/sft.py) on the generated set;
 4. **after**    — the same measurements on the fine-tuned checkpoint;
 5. **rlvr**     — GRPO (train/rl.py) from the SFT checkpoint on ``rl_mix``: by default ``arithmetic``
-                  alone, the train split of the very problems the held-out accuracy measures;
-                  reasoning-on prompts and the token budget of the measurement. Validated greedily
-                  on ``rl_val_tasks`` held-out tasks per domain at the first and last step. What it
-                  buys is measured on the held-out problems as *sampled* accuracy (``eval_samples``
-                  answers per problem at its temperature): 24 steps sharpen the policy towards the
-                  answers it already gives most often, which greedy decoding does not see. Greedy
-                  accuracy has not moved beyond noise in any configuration tried (arithmetic alone,
-                  three learning rates; with ``math``), and ``mcq`` in the mix learned to answer "C"
-                  to every question, a constant guess at chance that the report marks and does not
-                  count. ``rl_phrasings`` asks the problems in other words as well: RL then gains on
-                  story problems and loses as much on the plain ones the headline measures, per
-                  wording in the report (docs/results/pipeline.md). ``--no-rlvr`` skips it;
+                  alone, the train split of the very problems the held-out accuracy measures, asked
+                  in three wordings (``rl_phrasings``: the SFT data's and two it never used), with
+                  the reasoning-on prompt and the token budget of the measurement, and **the SFT
+                  anchor** (``rl_sft_anchor``: each step also trains on 8 SFT rows, PPO-ptx), without
+                  which RL un-taught the plain problems while it taught the reworded ones.
+                  Validated greedily on ``rl_val_tasks`` held-out tasks per domain (per wording in
+                  the report) at the first and last step; measured on the held-out problems greedily
+                  and as *sampled* accuracy (``eval_samples`` answers per problem at its temperature).
+                  What is RL's in the gain and what is the anchor's SFT rows, and the runs that led
+                  here (arithmetic alone never moved; ``mcq`` learned to answer "C"), are in
+                  docs/results/pipeline.md. ``--no-rlvr`` skips it;
 6. **after_rl** — the arithmetic measurements on the RL checkpoint;
    **sft_arm** (``--sft-arm``) — SFT continued from the SFT checkpoint for the RLVR stage's wall
                   time, then **after_sft_arm**, its measurements, and **sft_arm_rl_validation**, the

@@ -123,8 +123,12 @@ def write(run_dir: Path, cfg: PipelineConfig, command: str, sections: dict[str, 
                      f"{'yes' if abs(g['gain']) > 2 * g['se'] else 'no'} |")
     rl = rep.get("rl")
     if rl:
-        L += ["", f"## RLVR ({rl['steps']} GRPO steps on {', '.join(rl['trained_domains'])}{anchor_phrase(rl)})", "",
-              f"Its own held-out validation (greedy, {rl['val_tasks']} tasks per environment), step 0 → "
+        L += ["", f"## RLVR ({rl['steps']} GRPO steps on {', '.join(rl['trained_domains'])}{anchor_phrase(rl)})", ""]
+        if rl.get("anchor"):
+            L += ["The anchor's rows are supervised: part of the stage's gain, on the problems the SFT data asks "
+                  "most of all, is theirs and not the reward's. docs/results/pipeline.md measures the anchor "
+                  "alone beside it; `--sft-arm` compares the stage with more SFT.", ""]
+        L += [f"Its own held-out validation (greedy, {rl['val_tasks']} tasks per environment), step 0 → "
               f"{rl['steps']}:", "", "| environment | step 0 | last step | gain ± paired se |", "|---|---|---|---|"]
         paired = rl.get("val_gains", {})  # computed once by the RLVR stage (pipeline.run_rl)
         for dom, start in rl["val_start"].items():

@@ -121,7 +121,7 @@ def test_pipeline_with_rlvr_and_distill_reports_resumes_and_writes_loadable_chec
     rl_metrics = [json.loads(x) for x in (run_dir / "rl" / "metrics.jsonl").read_text().splitlines() if '"loss"' in x]
     assert rl_metrics and all(m["anchor_tokens"] > 0 and m["anchor_nll"] > 0 for m in rl_metrics)
     assert rl["anchor"] == {"coef": anchor["coef"], "rows": anchor["rows_per_step"]}
-    assert "SFT rows at weight" in md
+    assert "SFT rows at weight" in md and "part of the stage's gain" in md
     assert all("sft_anchor" not in c["algo"] or not c["algo"]["sft_anchor"]["data"]
                for name, c in saved.items() if name != "rl")  # the distill runs train on their rollouts only
     assert ratios["specialist_math"] == {"math": 1.0, "mcq": 0.0, "instruction": 0.0}
