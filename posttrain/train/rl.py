@@ -229,7 +229,8 @@ def anchor_rows_pick(examples: list[Any], cfg: RLConfig, step: int) -> list[Any]
     return [examples[i] for i in random.Random(f"{cfg.train.seed}-anchor-{step}").sample(range(len(examples)), n)]
 
 
-def anchor_rows(examples: list[Any], cfg: RLConfig, step: int, pack: bool, pad_id: int) -> AnchorRows:
+def anchor_rows(examples: list[Any], cfg: RLConfig, step: int, pack: bool, pad_id: int, device: Any = "cpu"
+                ) -> AnchorRows:
     """The step's anchor rows (:func:`anchor_rows_pick`), packed."""
     from posttrain.data.packing import pack_examples, pad_examples
 
@@ -237,7 +238,7 @@ def anchor_rows(examples: list[Any], cfg: RLConfig, step: int, pack: bool, pad_i
     chosen = anchor_rows_pick(examples, cfg, step)
     rows = pack_examples(chosen, a.max_seq_len, pad_id) if pack else pad_examples(chosen, a.max_seq_len, pad_id)
     rows = [r for r in rows if r.n_target_tokens]
-    return AnchorRows([r.to_tensors() for r in rows], sum(r.n_target_tokens for r in rows))
+    return AnchorRows([r.to_tensors(device) for r in rows], sum(r.n_target_tokens for r in rows))
 
 
 @dataclass
@@ -403,7 +404,7 @@ class RLStage:
         t0 = time.perf_counter()
         batch, filt = filtered_batch(rollouts, self.cfg.algo)
         m.update(run_scorers(self.scorers, "signal", rollouts, batch), groups_dropped=filt["groups_dropped"])
-        anchor = (anchor_rows(self.anchor, self.cfg, step, self.pack, self.t.pad_id)
+        anchor = (anchor_rows(self.anchor, self.cfg, step, self.pack, self.t.pad_id, self.t.device)
                   if self.anchor is not None else None)
         self.current = RLStep(rollouts, batch, self.estimator(batch), self.pack, self.t.pad_id, anchor)
         rows = trained_rows(batch, self.current.advantages_BT, self.skip)
