@@ -110,3 +110,11 @@ def pad_examples(examples: Sequence[Example], max_len: int, pad_id: int, rows_pe
             att.append([1] * len(e) + [0] * pad)
         out.append(Batch(ids, labels, pos, att, len(group)))
     return out
+
+
+def trainable_rows(examples: Sequence[Example], max_len: int, pad_id: int, pack: bool,
+                   rows_per_batch: int = 1) -> list[Batch]:
+    """``examples`` packed (attention-only models) or padded (hybrid ones), less the rows left with
+    no trained token: what a training or held-out pass runs, one micro-batch per row."""
+    rows = pack_examples(examples, max_len, pad_id) if pack else pad_examples(examples, max_len, pad_id, rows_per_batch)
+    return [r for r in rows if r.n_target_tokens]

@@ -207,14 +207,13 @@ class AnchorRows:
         return LossInputs(logprobs_BT, mask_BT, num_tokens=float(self.num_tokens))  # no advantage: supervised
 
 
-def load_anchor(cfg: RLConfig, tokenizer: Any) -> list[Any]:
-    """The anchor's conversations, tokenized as SFT does (reasoning and tools as each row says)."""
-    from posttrain.data.conversations import read_conversations
+def load_anchor(cfg: RLConfig, tokenizer: Any, rows: list[dict[str, Any]] | None = None) -> list[Any]:
+    """The anchor's conversations (``rows``, as :func:`check_anchor` read them, or read here),
+    tokenized as SFT does (reasoning and tools as each row says)."""
     from posttrain.train.sft import tokenize_rows
 
     a = cfg.algo.sft_anchor
-    rows, _ = read_conversations(a.data)  # type: ignore[arg-type]
-    examples, _ = tokenize_rows(tokenizer, rows, a.max_seq_len)
+    examples, _ = tokenize_rows(tokenizer, rows if rows is not None else check_anchor(cfg), a.max_seq_len)
     if not examples:
         raise UserError(f"algo.sft_anchor.data={a.data}: no row has an assistant token to train on")
     return examples
@@ -232,12 +231,9 @@ def anchor_rows_pick(examples: list[Any], cfg: RLConfig, step: int) -> list[Any]
 def anchor_rows(examples: list[Any], cfg: RLConfig, step: int, pack: bool, pad_id: int, device: Any = "cpu"
                 ) -> AnchorRows:
     """The step's anchor rows (:func:`anchor_rows_pick`), packed."""
-    from posttrain.data.packing import pack_examples, pad_examples
+    from posttrain.data.packing import trainable_rows
 
-    a = cfg.algo.sft_anchor
-    chosen = anchor_rows_pick(examples, cfg, step)
-    rows = pack_examples(chosen, a.max_seq_len, pad_id) if pack else pad_examples(chosen, a.max_seq_len, pad_id)
-    rows = [r for r in rows if r.n_target_tokens]
+    rows = trainable_rows(anchor_rows_pick(examples, cfg, step), cfg.algo.sft_anchor.max_seq_len, pad_id, pack)
     return AnchorRows([r.to_tensors(device) for r in rows], sum(r.n_target_tokens for r in rows))
 
 
@@ -263,14 +259,17 @@ class AnchoredLoss:
         return LossOutput(self.coef * out.loss, {"anchor_nll": out.metrics["nll"]})
 
 
-def check_anchor(cfg: RLConfig) -> None:
-    """The anchor's data file reads as conversations (one line naming the file and the problem)."""
+def check_anchor(cfg: RLConfig) -> list[dict[str, Any]]:
+    """The anchor's conversations, read before the model loads: a missing file or a bad row is one
+    line naming the file and the problem. Empty when the anchor is off."""
     from posttrain.data.conversations import read_conversations
 
-    if cfg.algo.sft_anchor.data:
-        rows, _ = read_conversations(cfg.algo.sft_anchor.data)
-        if not rows:
-            raise UserError(f"algo.sft_anchor.data={cfg.algo.sft_anchor.data}: no conversation in the file")
+    if not cfg.algo.sft_anchor.data:
+        return []
+    rows, _ = read_conversations(cfg.algo.sft_anchor.data)
+    if not rows:
+        raise UserError(f"algo.sft_anchor.data={cfg.algo.sft_anchor.data}: no conversation in the file")
+    return rows
 
 
 def make_rl_loss(cfg: RLConfig) -> Any:
@@ -310,7 +309,8 @@ class RLStage:
     balance_loss = False  # routers are frozen in RL; only the expert biases move
 
     def __init__(self, cfg: RLConfig, t: Trainer, scorers: Sequence[Any], dense_loss: bool,
-                 envs: dict[str, Any] | None = None, reward: Any = None, source: Any = None) -> None:
+                 envs: dict[str, Any] | None = None, reward: Any = None, source: Any = None,
+                 anchor: list[dict[str, Any]] | None = None) -> None:
         from posttrain.algos.advantages import make_advantage
         from posttrain.engines.registry import make_engine
         from posttrain.envs.build import build_envs
@@ -328,7 +328,7 @@ class RLStage:
         self.skip = cfg.algo.skip_zero_advantage and not dense_loss
         self.best = BestCheckpoint(t.run_dir)
         self.current: RLStep | None = None
-        self.anchor = load_anchor(cfg, t.tokenizer) if cfg.algo.sft_anchor.data else None
+        self.anchor = load_anchor(cfg, t.tokenizer, anchor) if cfg.algo.sft_anchor.data else None
         self.first_metrics: dict[str, Any] = {}  # logged with the run's first step (begin)
         if source is not None and reward is not None:
             raise ValueError("a custom reward scorer runs in process only (scale.backend: inprocess)")
@@ -518,10 +518,10 @@ def train_rl(cfg: RLConfig, progress: bool = True, stop_after: int | None = None
     # is checked before the model loads: a wrong name or a dead URL fails in seconds with one line
     envs = build_envs(cfg.envs)
     check_profile(cfg)
-    check_anchor(cfg)
+    anchor = check_anchor(cfg)
     t = loop.setup(cfg, freeze_routers=True, numerics="rl")
     stage = RLStage(cfg, t, scorers, dense_loss=loss_fn.dense, envs=envs,
-                    reward=reward(t) if reward is not None else None, source=source)
+                    reward=reward(t) if reward is not None else None, source=source, anchor=anchor)
     try:
         last = loop.run(t, stage, loss_fn, progress, stop_after)
     finally:

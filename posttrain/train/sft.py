@@ -219,10 +219,9 @@ def heldout_loss(model: Any, examples: list[Any], max_len: int, pack: bool, pad_
     """Token-mean cross-entropy over held-out examples (NaN with no tokens: nothing was measured)."""
     import torch
 
-    from posttrain.data.packing import pack_examples, pad_examples
+    from posttrain.data.packing import trainable_rows
 
-    rows = pack_examples(examples, max_len, pad_id) if pack else pad_examples(examples, max_len, pad_id, 4)
-    rows = [r for r in rows if r.n_target_tokens]
+    rows = trainable_rows(examples, max_len, pad_id, pack, rows_per_batch=4)
     if not rows:
         return EvalStats(float("nan"), 0)
     was_training = model.training
@@ -270,12 +269,10 @@ class SFTStage:
         return {"val_loss": self.val_before}
 
     def prepare(self, step: int) -> StepBatch:
-        from posttrain.data.packing import pack_examples, pad_examples
+        from posttrain.data.packing import trainable_rows
 
         examples = [self.data.train[d][i] for d, i in self.plan[step]]
-        L, pad = self.cfg.data.max_seq_len, self.t.pad_id
-        rows = pack_examples(examples, L, pad) if self.pack else pad_examples(examples, L, pad)
-        rows = [r for r in rows if r.n_target_tokens]
+        rows = trainable_rows(examples, self.cfg.data.max_seq_len, self.t.pad_id, self.pack)
         self._num_tokens = sum(r.n_target_tokens for r in rows)  # token mean over the whole step
         return StepBatch([r.to_tensors(self.t.device) for r in rows],
                          {"target_tokens": self._num_tokens, "rows": len(rows),
