@@ -91,6 +91,11 @@ class PipelineConfig(StrictModel):
     sft_arm: bool = False
     """Add the longer-SFT arm: continue SFT from the SFT checkpoint for as many steps as fit in the
     RLVR stage's wall time (at the SFT stage's measured pace), measured on the same held-out set."""
+    anchor_control: bool = False
+    """Add the anchor-alone control: SFT from the SFT checkpoint on what the RLVR stage's anchor trains
+    on (``rl_steps`` steps of ``rl_anchor_rows`` conversations of the same data, at ``rl_lr``, constant,
+    in fp32 as the RL stage computes), measured on the same held-out problems and on the RLVR stage's
+    validation tasks: *RL − anchor alone* is what the reward adds (docs/results/pipeline.md)."""
     rl_overrides: list[str] = Field(default_factory=list)
     """RLConfig overrides (``key.sub=value``) applied last to every RL run, e.g.
     ``[rollout.group_size=4, rollout.max_new_tokens=64]``; tests shrink the runs with it."""
@@ -122,6 +127,9 @@ class PipelineConfig(StrictModel):
     def _arm_needs_rl(self) -> "PipelineConfig":
         if self.sft_arm and not self.rlvr:
             raise ValueError("sft_arm: the longer-SFT arm runs for the RLVR stage's wall time; it needs rlvr=true")
+        if self.anchor_control and not (self.rlvr and self.rl_sft_anchor > 0):
+            raise ValueError("anchor_control: the control is the RLVR stage's SFT anchor alone; it needs rlvr=true "
+                             f"and rl_sft_anchor > 0 (got rlvr={self.rlvr}, rl_sft_anchor={self.rl_sft_anchor})")
         if self.rlvr and not any(r > 0 for r in self.rl_mix.values()):
             raise ValueError(f"rl_mix: {self.rl_mix}: no domain with a ratio > 0 for the RLVR stage to train on "
                              "(or pass --no-rlvr)")

@@ -24,6 +24,9 @@ Stages:
    **sft_arm** (``--sft-arm``) — SFT continued from the SFT checkpoint for the RLVR stage's wall
                   time, then **after_sft_arm**, its measurements, and **sft_arm_rl_validation**, the
                   arm on the RLVR stage's own validation tasks: does RL beat more SFT?
+   **anchor_control** (``--anchor-control``) — the RLVR stage's SFT anchor alone (the same number
+                  of rows of the same data at its lr, no reward), then **after_anchor_control** and
+                  **anchor_control_rl_validation**: what in the stage's gain is the reward's?
 7. **report**   — a table on stdout (each accuracy ± its standard error, each stage's paired gain
                   ± paired standard error on the same problems), ``report.json``, ``report.png``,
                   ``report.md`` (table, plots, noise, commands, run directories; pipeline_report.py)
@@ -253,14 +256,15 @@ def _pct(p: float, n: int) -> str:
 
 def report(run_dir: Path, before: dict[str, Any], after: dict[str, Any], sft: dict[str, Any], total_s: float,
            rl: dict[str, Any] | None = None, after_rl: dict[str, Any] | None = None,
-           arm: dict[str, Any] | None = None, after_arm: dict[str, Any] | None = None) -> str:
+           arm: dict[str, Any] | None = None, after_arm: dict[str, Any] | None = None,
+           ctrl: dict[str, Any] | None = None, after_ctrl: dict[str, Any] | None = None) -> str:
     """The stdout table (each accuracy ± its standard error), the paired gains of each stage,
     ``report.json`` and ``report.png``."""
     stage_s = sum(st.get("seconds", 0.0) for st in pipeline_report._stages(run_dir).values())
-    cols = columns(before, after, after_rl, after_arm)
+    cols = columns(before, after, after_rl, after_arm, after_ctrl)
     digits = sorted(set().union(*(c["accuracy_by_digits"] for _, c in cols)), key=int)
     n = before["n_eval"]
-    gains = stage_gains(before, after, after_rl, after_arm)
+    gains = stage_gains(before, after, after_rl, after_arm, after_ctrl)
     lines = [
         "",
         "posttrain pipeline — what it achieved",
@@ -276,6 +280,9 @@ def report(run_dir: Path, before: dict[str, Any], after: dict[str, Any], sft: di
         lines.append(f"  longer SFT: {arm['steps']} more SFT steps from the SFT checkpoint "
                      f"({arm.get(clock, arm['seconds']):.0f} {what}; the RLVR stage took "
                      f"{rl[clock] if rl else float('nan'):.0f} {what})")
+    if ctrl:
+        lines.append(f"  anchor alone: {ctrl['steps']} SFT steps of {ctrl['rows']} rows from the SFT checkpoint at "
+                     f"lr {ctrl['lr']:g}: the RLVR stage's anchor without its reward")
     lines += [
         "",
         f"  {'metric':30s}" + "".join(f"{name:>14s}" for name, _ in cols),
@@ -309,15 +316,17 @@ def report(run_dir: Path, before: dict[str, Any], after: dict[str, Any], sft: di
         for part, g in subsets(gains_rl).items():
             lines.append(f"    {part:22s} {g['before']:6.3f} → {g['after']:6.3f}   gain {_gain(g)}  ({g['n']} tasks)")
         lines.append(f"  RL curves: {rl['rewards_png']}")
-        arm_val = (arm or {}).get("rl_validation")
-        if arm_val:
-            lines += ["", "  the same RLVR validation tasks: longer SFT vs RL (RL − longer SFT, paired):"]
-            for dom, v in arm_val["val"].items():
-                g = arm_val["rl_minus_arm"].get("all" if dom == "mean" else dom)
-                lines.append(f"    {dom:14s} longer SFT {v:6.3f}   RL {rl['val_end'].get(dom, float('nan')):6.3f}"
-                             + (f"   RL − longer SFT {_gain(g)}" if g else ""))
-            for part, g in subsets(arm_val["rl_minus_arm"]).items():
-                lines.append(f"    {part:22s} longer SFT {g['before']:6.3f}   RL {g['after']:6.3f}   RL − longer SFT {_gain(g)}")
+        for label, other in (("longer SFT", arm), ("anchor alone", ctrl)):
+            other_val = (other or {}).get("rl_validation")
+            if not other_val:
+                continue
+            lines += ["", f"  the same RLVR validation tasks: {label} vs RL (RL − {label}, paired):"]
+            for dom, v in other_val["val"].items():
+                g = other_val["rl_minus_arm"].get("all" if dom == "mean" else dom)
+                lines.append(f"    {dom:14s} {label} {v:6.3f}   RL {rl['val_end'].get(dom, float('nan')):6.3f}"
+                             + (f"   RL − {label} {_gain(g)}" if g else ""))
+            for part, g in subsets(other_val["rl_minus_arm"]).items():
+                lines.append(f"    {part:22s} {label} {g['before']:6.3f}   RL {g['after']:6.3f}   RL − {label} {_gain(g)}")
     lines += [
         "",
         f"  {n} held-out problems; stages {stage_s / 60:.1f} min wall summed (this invocation {total_s / 60:.1f} min: "
@@ -326,6 +335,7 @@ def report(run_dir: Path, before: dict[str, Any], after: dict[str, Any], sft: di
     text = "\n".join(lines)
     (run_dir / "report.json").write_text(json.dumps({"before": before, "after": after, "sft": sft, "rl": rl,
                                                      "after_rl": after_rl, "sft_arm": arm, "after_sft_arm": after_arm,
+                                                     "anchor_control": ctrl, "after_anchor_control": after_ctrl,
                                                      "gains": gains, "seconds": total_s}, indent=2))
     _plot(run_dir, cols, digits, rl)
     return text
@@ -339,16 +349,18 @@ def _gain(g: dict[str, Any]) -> str:
 
 
 def stage_gains(before: dict[str, Any], after: dict[str, Any], after_rl: dict[str, Any] | None = None,
-                after_arm: dict[str, Any] | None = None) -> dict[str, dict[str, dict[str, Any]]]:
+                after_arm: dict[str, Any] | None = None,
+                after_ctrl: dict[str, Any] | None = None) -> dict[str, dict[str, dict[str, Any]]]:
     """Paired gains (eval/compare.py) on the per-problem results of two measurements: what SFT added
-    over the base, what RL added over SFT, and RL against the longer-SFT arm."""
+    over the base, what RL added over SFT, and RL against the longer-SFT arm and the anchor alone."""
     pairs = [("SFT (after SFT − before)", before, after)]
     if after_rl:
         pairs.append(("RL (after RL − after SFT)", after, after_rl))
-    if after_arm:
-        pairs.append(("longer SFT − after SFT", after, after_arm))
-        if after_rl:
-            pairs.append(("RL − longer SFT", after_arm, after_rl))
+    for label, other in (("longer SFT", after_arm), ("anchor alone", after_ctrl)):
+        if other:
+            pairs.append((f"{label} − after SFT", after, other))
+            if after_rl:
+                pairs.append((f"RL − {label}", other, after_rl))
     out = {}
     for name, a, b in pairs:
         if "per_task" not in a or "per_task" not in b:  # a stage cached before per-problem results existed
@@ -467,6 +479,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-rlvr", action="store_true", help="skip the RLVR stage (and its after-RL measurement)")
     p.add_argument("--sft-arm", action="store_true",
                    help="also continue SFT for the RLVR stage's wall time and measure it on the same held-out set")
+    p.add_argument("--anchor-control", action="store_true",
+                   help="also train the RLVR stage's SFT anchor alone (same rows, lr and steps, no reward) and "
+                        "measure it on the same held-out sets: what in the stage's gain is the reward's")
     p.add_argument("--distill", action="store_true",
                    help="also run the distill stage: two RLVR specialists, then MOPD of both into the SFT model "
                         "(about three RL runs more)")
@@ -477,7 +492,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs="*", metavar="key=value", help="e.g. sft_steps=30 n_eval=200 rl_steps=20")
 
 
-FLAGS = (("quick", "--quick"), ("no_rlvr", "--no-rlvr"), ("sft_arm", "--sft-arm"), ("distill", "--distill"),
+FLAGS = (("quick", "--quick"), ("no_rlvr", "--no-rlvr"), ("sft_arm", "--sft-arm"),
+         ("anchor_control", "--anchor-control"), ("distill", "--distill"),
          ("rlhf", "--rlhf"), ("curation", "--curation"))
 
 
@@ -499,7 +515,7 @@ def run(args: argparse.Namespace) -> int:
 
     overrides = ([f"{k}={v}" for k, v in QUICK.items()] if args.quick else []) + list(args.overrides)
     for flag, field in (("curation", "curation=true"), ("distill", "distill=true"), ("no_rlvr", "rlvr=false"),
-                        ("rlhf", "rlhf=true"), ("sft_arm", "sft_arm=true")):
+                        ("rlhf", "rlhf=true"), ("sft_arm", "sft_arm=true"), ("anchor_control", "anchor_control=true")):
         if getattr(args, flag, False):
             overrides.append(field)
     cfg = load_config(PipelineConfig, args.config, overrides)
@@ -527,7 +543,7 @@ def _run(cfg: PipelineConfig, run_dir: Path, command: str) -> int:
     print(f"[pipeline] before: accuracy {before['accuracy']:.1%}, held-out loss {before['heldout_loss']:.3f}")
     sft = cached_stage(run_dir, "sft", lambda: run_sft(cfg, run_dir, data))
     after = cached_stage(run_dir, "after", lambda: measure(cfg, sft["checkpoint"], data, sampled=cfg.rlvr))
-    rl = after_rl = arm = after_arm = None
+    rl = after_rl = arm = after_arm = ctrl = after_ctrl = None
     if cfg.rlvr:
         rl = cached_stage(run_dir, "rlvr", lambda: run_rl(cfg, run_dir / "rl", sft["checkpoint"], cfg.rl_steps,
                                                      rlvr_envs(cfg), rlvr_stage=True))
@@ -538,7 +554,13 @@ def _run(cfg: PipelineConfig, run_dir: Path, command: str) -> int:
             arm_val = cached_stage(run_dir, "sft_arm_rl_validation",
                                    lambda: validate_as_rl(Path(rl["run_dir"]), arm["checkpoint"], run_dir / "sft_arm"))
             arm["rl_validation"] = arm_val
-    print(report(run_dir, before, after, sft, time.time() - t0, rl, after_rl, arm, after_arm))
+        if cfg.anchor_control:
+            ctrl = cached_stage(run_dir, "anchor_control", lambda: run_anchor_control(cfg, run_dir, data, sft))
+            after_ctrl = cached_stage(run_dir, "after_anchor_control",
+                                      lambda: measure(cfg, ctrl["checkpoint"], data, sampled=True))
+            ctrl["rl_validation"] = cached_stage(run_dir, "anchor_control_rl_validation", lambda: validate_as_rl(
+                Path(rl["run_dir"]), ctrl["checkpoint"], run_dir / "anchor_control"))
+    print(report(run_dir, before, after, sft, time.time() - t0, rl, after_rl, arm, after_arm, ctrl, after_ctrl))
     sections: dict[str, str] = {}
     if cfg.distill:
         runs = run_distill(cfg, run_dir, sft)
@@ -572,6 +594,18 @@ def run_sft_arm(cfg: PipelineConfig, run_dir: Path, data: dict[str, Any], sft: d
     steps = max(1, round(rl[clock] / pace))
     out = run_sft(cfg, run_dir, data, model=sft["checkpoint"], steps=steps, name="sft_arm", seed=cfg.seed + 1)
     return {**out, "budget_clock": clock, "target_seconds": rl[clock], "sft_seconds_per_step": round(pace, 2)}
+
+
+def run_anchor_control(cfg: PipelineConfig, run_dir: Path, data: dict[str, Any], sft: dict[str, Any]) -> dict[str, Any]:
+    """The RLVR stage's SFT anchor without the reward: from the SFT checkpoint, ``rl_steps`` SFT steps
+    of ``rl_anchor_rows`` conversations of the same data (the rows differ, the distribution and count
+    do not), at the RL stage's constant lr with no weight decay, in fp32 as the RL stage computes. The anchor's weight
+    (``rl_sft_anchor``) sets its share against the policy gradient inside the RL stage; alone it has no
+    counterpart, because Adam divides each step by the gradient's running scale (a constant factor
+    changes nothing but what gradient clipping and Adam's eps see)."""
+    out = run_sft(cfg, run_dir, data, model=sft["checkpoint"], steps=cfg.rl_steps, name="anchor_control",
+                  batch_size=cfg.rl_anchor_rows, lr=cfg.rl_lr, constant=True, precision="fp32")
+    return {**out, "rows": cfg.rl_anchor_rows, "lr": cfg.rl_lr}
 
 
 def validate_as_rl(rl_dir: Path, model: str, out_dir: Path) -> dict[str, Any]:

@@ -8,7 +8,8 @@ average, its run directory and the command that reproduces it alone.
 
 TensorBoard: every stage that trained (SFT, RL, the longer-SFT arm, distill/RLHF runs) has its
 ``metrics.jsonl`` replayed into ``tb/<stage>/``, and the headline figures go to ``tb/pipeline/``
-with the measured models in order as the step (0 base, 1 after SFT, 2 after RL, 3 longer SFT).
+with the measured models in order as the step (0 base, 1 after SFT, 2 after RL, then the arms: longer
+SFT, anchor alone).
 Replaying, rather than logging live, keeps the events whole when a run was interrupted and resumed.
 """
 
@@ -28,6 +29,7 @@ TRAINING_STAGES = {
     "sft": ("sft", "posttrain sft --config {d}/config.yaml"),
     "rlvr": ("rl", "posttrain rl --config {d}/config.yaml"),
     "sft_arm": ("sft_arm", "posttrain sft --config {d}/config.yaml"),
+    "anchor_control": ("anchor_control", "posttrain sft --config {d}/config.yaml"),
     "specialist_math": ("specialist_math", "posttrain rl --config {d}/config.yaml"),
     "specialist_instruction": ("specialist_instruction", "posttrain rl --config {d}/config.yaml"),
     "mopd": ("mopd", "posttrain distill --config {d}/config.yaml"),
@@ -35,14 +37,15 @@ TRAINING_STAGES = {
     "rlhf": ("rlhf", "posttrain rlhf --config {d}/config.yaml"),
 }
 MEASURES = {"before": "the base model", "after": "the SFT checkpoint", "after_rl": "the RL checkpoint",
-            "after_sft_arm": "the longer-SFT checkpoint"}
+            "after_sft_arm": "the longer-SFT checkpoint", "after_anchor_control": "the anchor-alone checkpoint"}
 
 
 def columns(before: dict[str, Any], after: dict[str, Any], after_rl: dict[str, Any] | None = None,
-            after_arm: dict[str, Any] | None = None) -> list[tuple[str, dict[str, Any]]]:
-    """The measured models in report order: base, SFT, RL, the longer-SFT arm."""
+            after_arm: dict[str, Any] | None = None,
+            after_ctrl: dict[str, Any] | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """The measured models in report order: base, SFT, RL, the longer-SFT arm, the anchor alone."""
     return ([("before", before), ("after SFT", after)] + ([("after RL", after_rl)] if after_rl else [])
-            + ([("longer SFT", after_arm)] if after_arm else []))
+            + ([("longer SFT", after_arm)] if after_arm else []) + ([("anchor alone", after_ctrl)] if after_ctrl else []))
 
 
 def binomial_se(p: float, n: int) -> float:
@@ -65,7 +68,7 @@ def write(run_dir: Path, cfg: PipelineConfig, command: str, sections: dict[str, 
     (run_dir / "pipeline.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
     rep = json.loads((run_dir / "report.json").read_text())
     st = _stages(run_dir)
-    cols = columns(rep["before"], rep["after"], rep.get("after_rl"), rep.get("after_sft_arm"))
+    cols = columns(rep["before"], rep["after"], rep.get("after_rl"), rep.get("after_sft_arm"), rep.get("after_anchor_control"))
     n = rep["before"]["n_eval"]
     digits = sorted(set().union(*(c["accuracy_by_digits"] for _, c in cols)), key=int)
     wall = sum(s.get("seconds", 0.0) for s in st.values())
@@ -126,8 +129,10 @@ def write(run_dir: Path, cfg: PipelineConfig, command: str, sections: dict[str, 
         L += ["", f"## RLVR ({rl['steps']} GRPO steps on {', '.join(rl['trained_domains'])}{anchor_phrase(rl)})", ""]
         if rl.get("anchor"):
             L += ["The anchor's rows are supervised: part of the stage's gain, on the problems the SFT data asks "
-                  "most of all, is theirs and not the reward's. docs/results/pipeline.md measures the anchor "
-                  "alone beside it; `--sft-arm` compares the stage with more SFT.", ""]
+                  "most of all, is theirs and not the reward's. " + (
+                      "The section *The reward's share* below measures the anchor alone beside it"
+                      if rep.get("anchor_control") else "`--anchor-control` measures the anchor alone beside it")
+                  + "; `--sft-arm` compares the stage with more SFT.", ""]
         L += [f"Its own held-out validation (greedy, {rl['val_tasks']} tasks per environment), step 0 → "
               f"{rl['steps']}:", "", "| environment | step 0 | last step | gain ± paired se |", "|---|---|---|---|"]
         paired = rl.get("val_gains", {})  # computed once by the RLVR stage (pipeline.run_rl)
@@ -149,15 +154,15 @@ def write(run_dir: Path, cfg: PipelineConfig, command: str, sections: dict[str, 
               f"{st.get('sft_arm', {}).get(arm.get('budget_clock', 'seconds'), float('nan')):.0f} {_clock(arm)} "
               f"({st.get('sft_arm', {}).get('seconds', float('nan')):.0f} s wall). Same held-out problems "
               "(the table above, column *longer SFT*; gains *longer SFT − after SFT* and *RL − longer SFT*)."]
-        arm_val = arm.get("rl_validation")
-        if arm_val:
-            L += ["", "On the RLVR stage's own validation tasks (greedy, the same tasks for both):", "",
-                  "| environment | longer SFT | RL | RL − longer SFT ± paired se |", "|---|---|---|---|"]
-            for dom, v in arm_val["val"].items():
-                g = arm_val["rl_minus_arm"].get("all" if dom == "mean" else dom)
-                L.append(f"| {dom} | {v:.3f} | {rl['val_end'].get(dom, float('nan')):.3f} | "
-                         + (f"{g['gain']:+.3f} ± {g['se']:.3f}{_star(g)} |" if g else "|"))
-            L += _subset_rows(arm_val["rl_minus_arm"])
+        L += _versus_rl("longer SFT", arm, rl)
+    ctrl = rep.get("anchor_control")
+    if ctrl and rl:
+        L += ["", "## The reward's share: RL against its anchor alone", "",
+              f"The control trains what the RLVR stage's anchor trains on, without the reward: {ctrl['steps']} SFT "
+              f"steps of {ctrl['rows']} conversations of the same data from the SFT checkpoint, at the stage's lr "
+              f"{ctrl['lr']:g}, constant, fp32. Same held-out problems (column *anchor alone*; gains *anchor alone − "
+              "after SFT* and *RL − anchor alone*, the latter what the reward adds)."]
+        L += _versus_rl("anchor alone", ctrl, rl)
     L += ["", "![report](report.png)", ""]
     for name, text in sections.items():
         L += [f"## {name}", "", "```", text.strip("\n"), "```", ""]
@@ -179,6 +184,21 @@ def write(run_dir: Path, cfg: PipelineConfig, command: str, sections: dict[str, 
     out = run_dir / "report.md"
     out.write_text("\n".join(L) + "\n")
     return out
+
+
+def _versus_rl(label: str, other: dict[str, Any], rl: dict[str, Any]) -> list[str]:
+    """An arm (longer SFT, the anchor alone) against the RL checkpoint on the RLVR stage's own
+    validation tasks, paired task by task."""
+    val = other.get("rl_validation")
+    if not val:
+        return []
+    L = ["", "On the RLVR stage's own validation tasks (greedy, the same tasks for both):", "",
+         f"| environment | {label} | RL | RL − {label} ± paired se |", "|---|---|---|---|"]
+    for dom, v in val["val"].items():
+        g = val["rl_minus_arm"].get("all" if dom == "mean" else dom)
+        L.append(f"| {dom} | {v:.3f} | {rl['val_end'].get(dom, float('nan')):.3f} | "
+                 + (f"{g['gain']:+.3f} ± {g['se']:.3f}{_star(g)} |" if g else "|"))
+    return L + _subset_rows(val["rl_minus_arm"])
 
 
 def anchor_phrase(rl: dict[str, Any]) -> str:

@@ -1,5 +1,6 @@
-"""``posttrain pipeline`` end to end on tiny-llama with tiny sizes, ``--distill`` and ``--sft-arm``
-included: every stage writes its JSON, the report has the after-RL and longer-SFT columns, the paired
+"""``posttrain pipeline`` end to end on tiny-llama with tiny sizes, ``--distill``, ``--sft-arm`` and
+``--anchor-control`` included: every stage writes its JSON, the report has the after-RL, longer-SFT
+and anchor-alone columns, the paired
 gains and the RL run's validation, ``report.md`` and the TensorBoard events appear, the distill
 table and plot appear, a re-run reuses every stage, the checkpoints load; a Ctrl-C says where it
 stopped and how to resume, and the resumed run finishes.
@@ -33,23 +34,23 @@ TINY = {
                     "algo.overlong_filter=false, optim.lr=1e-3]",
 }
 STAGES = ["data", "before", "sft", "after", "rlvr", "after_rl", "sft_arm", "after_sft_arm", "sft_arm_rl_validation",
-          "specialist_math",
+          "anchor_control", "after_anchor_control", "anchor_control_rl_validation", "specialist_math",
           "specialist_instruction", "mopd"]
 
 
 def _args(run_dir, **flags) -> argparse.Namespace:
     over = [f"{k}={v}" for k, v in {**TINY, "run_dir": run_dir}.items()]
     defaults = {"quick": False, "config": None, "fresh": False, "curation": False, "distill": False, "no_rlvr": False,
-                "rlhf": False, "sft_arm": False}
+                "rlhf": False, "sft_arm": False, "anchor_control": False}
     return argparse.Namespace(overrides=over, **{**defaults, **flags})
 
 
 def test_pipeline_with_rlvr_and_distill_reports_resumes_and_writes_loadable_checkpoints(tmp_path, capsys):
     run_dir = tmp_path / "pipe"
-    assert pipeline.run(_args(run_dir, distill=True, sft_arm=True)) == 0
+    assert pipeline.run(_args(run_dir, distill=True, sft_arm=True, anchor_control=True)) == 0
     out = capsys.readouterr().out
     assert sorted(p.stem for p in (run_dir / "stages").glob("*.json")) == sorted(STAGES)
-    assert "after SFT      after RL    longer SFT" in out and "RLVR held-out validation reward" in out
+    assert "after SFT      after RL    longer SFT  anchor alone" in out and "RLVR held-out validation reward" in out
     for dom in ("arithmetic", "mcq", "mean"):
         assert f"    {dom}" in out
     assert "RL (after RL − after SFT)" in out and "RL − longer SFT" in out and "± " in out
@@ -67,7 +68,7 @@ def test_pipeline_with_rlvr_and_distill_reports_resumes_and_writes_loadable_chec
     assert rl["val_gains"]["all"]["n"] == 2 * TINY["rl_val_tasks"]
     assert len(rep["after"]["per_task"]) == TINY["n_eval"]
     assert set(rep["gains"]) == {"SFT (after SFT − before)", "RL (after RL − after SFT)", "longer SFT − after SFT",
-                                 "RL − longer SFT"}
+                                 "RL − longer SFT", "anchor alone − after SFT", "RL − anchor alone"}
     assert rep["gains"]["SFT (after SFT − before)"]["accuracy"]["n"] == TINY["n_eval"]
     # sampled accuracy (pass@1 of eval_samples answers) for the checkpoints RL is compared with only
     assert "sampled_accuracy" not in rep["before"] and rep["after"]["sampled_k"] == 2
@@ -86,23 +87,36 @@ def test_pipeline_with_rlvr_and_distill_reports_resumes_and_writes_loadable_chec
     assert arm_val["model"] == arm["checkpoint"] and set(arm_val["val"]) == {"arithmetic", "mcq", "mean"}
     assert {k for k in arm_val["rl_minus_arm"] if " · " not in k} == {"arithmetic", "mcq", "all"}
     assert "longer SFT vs RL (RL − longer SFT, paired)" in out
+    # the anchor alone: the RLVR stage's SFT rows without the reward, from the SFT checkpoint
+    ctrl = rep["anchor_control"]
+    ctrl_cfg = yaml.safe_load((run_dir / "anchor_control" / "config.yaml").read_text())
+    assert ctrl["model"] == sft_stage["checkpoint"] and ctrl["steps"] == TINY["rl_steps"] == ctrl_cfg["train"]["steps"]
+    assert ctrl_cfg["train"]["batch_size"] == pipeline.PipelineConfig().rl_anchor_rows == ctrl["rows"]
+    assert ctrl_cfg["optim"]["lr"] == pipeline.PipelineConfig().rl_lr and ctrl_cfg["train"]["precision"] == "fp32"
+    assert ctrl_cfg["optim"]["warmup_steps"] == 0 and ctrl_cfg["optim"]["decay_frac"] == 0
+    assert ctrl_cfg["data"]["train"][0]["path"] == str(run_dir / "data" / "train.jsonl")
+    assert rep["after_anchor_control"]["model"] == ctrl["checkpoint"] and "sampled" in rep["gains"]["RL − anchor alone"]
+    assert {k for k in ctrl["rl_validation"]["rl_minus_arm"] if " · " not in k} == {"arithmetic", "mcq", "all"}
+    assert "anchor alone vs RL (RL − anchor alone, paired)" in out and "anchor alone: 2 SFT steps of 8 rows" in out
     dist = json.loads((run_dir / "distill.json").read_text())
     assert list(dist["validation"]) == ["base (SFT)", "math_rl", "instruction_rl", "MOPD student"]
 
     md = (run_dir / "report.md").read_text()
     for text in ("| answer accuracy |", "paired", "## RLVR", "## Longer SFT instead of RL", "## distill",
-                 "| RL − longer SFT ± paired se |", "pools every validated task", "| sampled accuracy (2 samples",
+                 "| RL − longer SFT ± paired se |", "## The reward's share: RL against its anchor alone",
+                 "| RL − anchor alone ± paired se |", "The section *The reward's share* below",
+                 "[anchor_control/](anchor_control/)", "pools every validated task", "| sampled accuracy (2 samples",
                  "| comparison | sampled accuracy gain ± paired se |",
                  "![report](report.png)", "posttrain rl --config", "posttrain sft --config", "[rl/](rl/)",
                  "tensorboard --logdir", "load avg"):
         assert text in md, text
-    for sub in ("sft", "rlvr", "sft_arm", "mopd", "pipeline"):
+    for sub in ("sft", "rlvr", "sft_arm", "anchor_control", "mopd", "pipeline"):
         assert list((run_dir / "tb" / sub).glob("events.out.tfevents.*")), sub
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(str(run_dir / "tb" / "pipeline"))
     acc.Reload()
-    assert [e.step for e in acc.Scalars("heldout/accuracy")] == [0, 1, 2, 3]
+    assert [e.step for e in acc.Scalars("heldout/accuracy")] == [0, 1, 2, 3, 4]
     sft_tb = EventAccumulator(str(run_dir / "tb" / "sft"))
     sft_tb.Reload()
     assert "loss" in sft_tb.Tags()["scalars"]
@@ -138,7 +152,7 @@ def test_pipeline_with_rlvr_and_distill_reports_resumes_and_writes_loadable_chec
 
     # a re-run reuses every stage and prints the same report
     stamps = {p.name: p.stat().st_mtime_ns for p in (run_dir / "stages").glob("*.json")}
-    assert pipeline.run(_args(run_dir, distill=True, sft_arm=True)) == 0
+    assert pipeline.run(_args(run_dir, distill=True, sft_arm=True, anchor_control=True)) == 0
     again = capsys.readouterr().out
     assert all(f"{s}: done earlier" in again for s in STAGES)
     assert "after RL" in again and "MOPD student" in again

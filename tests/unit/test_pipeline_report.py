@@ -34,14 +34,32 @@ def test_stage_gains_are_paired_per_problem():
     assert (rl["gain"], rl["gained"], rl["lost"]) == (0.0, 1, 1)
     assert g["RL (after RL − after SFT)"]["format"]["gain"] == 0.0
     assert "RL − longer SFT" not in g
+    # the anchor-alone control: its gain over SFT, and RL against it (what the reward adds)
+    ctrl = _measured([1, 1, 1, 1], [1, 1, 1, 1])
+    g = stage_gains(before, after, after_rl, after_ctrl=ctrl)
+    assert g["anchor alone − after SFT"]["accuracy"]["gain"] == 0.25
+    assert (g["RL − anchor alone"]["accuracy"]["gain"], g["RL − anchor alone"]["accuracy"]["lost"]) == (-0.25, 1)
+    assert "RL − longer SFT" not in g
     # a measurement cached before per-problem results existed has no paired gain (not a zero)
     assert stage_gains({"accuracy": 0.1}, after) == {}
 
 
+def test_anchor_control_needs_the_rlvr_stage_and_its_anchor():
+    from pydantic import ValidationError
+
+    from posttrain.configs.pipeline import PipelineConfig
+
+    assert PipelineConfig(anchor_control=True).anchor_control
+    for bad in ({"rlvr": False}, {"rl_sft_anchor": 0.0}):
+        with pytest.raises(ValidationError, match="anchor_control: the control is the RLVR stage's SFT anchor alone"):
+            PipelineConfig(anchor_control=True, **bad)
+
+
 def test_resume_command_repeats_the_run_without_fresh():
     args = argparse.Namespace(quick=True, fresh=True, no_rlvr=False, sft_arm=True, distill=False, rlhf=False,
-                              curation=False, config="my recipe.yaml", overrides=["seed=2", "rl_overrides=[a=1, b=2]"])
-    assert resume_command(args) == ("posttrain pipeline --quick --sft-arm --config 'my recipe.yaml' seed=2 "
+                              anchor_control=True, curation=False, config="my recipe.yaml",
+                              overrides=["seed=2", "rl_overrides=[a=1, b=2]"])
+    assert resume_command(args) == ("posttrain pipeline --quick --sft-arm --anchor-control --config 'my recipe.yaml' seed=2 "
                                     "'rl_overrides=[a=1, b=2]'")
 
 
