@@ -63,7 +63,30 @@ def summarize(run_dir: Path) -> dict:
         "cpu_s": round(sum(s.get("cpu_seconds", 0.0) for s in stages.values()), 1),
         "stages": {k: {f: s.get(f) for f in ("seconds", "cpu_seconds", "load_avg")} for k, s in stages.items()},
         "config": cfg,
+        "sft_precision": _read_json(run_dir / "sft" / "precision.json"),
     }
+
+
+def _read_json(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def cpu_facts(cpuinfo: str = "/proc/cpuinfo") -> dict[str, Any]:
+    """The CPU's model and the vector extensions that decide a run's speed: the same command takes
+    4 min on an AVX-512 machine with bf16 and 15 min on an AVX2-only one (docs/results/pipeline.md),
+    so a wall time means nothing without them."""
+    model, flags = platform.machine(), set()
+    try:
+        for line in Path(cpuinfo).read_text().splitlines():
+            if line.startswith("model name") and ":" in line:
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith("flags") and ":" in line:
+                flags = set(line.split(":", 1)[1].split())
+                break
+    except OSError:
+        pass
+    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
+    return {"model": model, "vector": [f for f in wanted if f in flags]}
 
 
 def kind(run_dir: Path) -> tuple[str, dict[str, Any]]:
@@ -113,7 +136,7 @@ def main() -> None:
     for d in runs:
         run_kind, differs = kind(d)
         row = {"bench": "pipeline", "kind": run_kind, "differs": differs,
-               "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "commit": commit(), "cpus": os.cpu_count(),
+               "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "commit": commit(), "cpus": os.cpu_count(), "cpu": cpu_facts(),
                "threads": args.threads, "loadavg_end": [round(x, 2) for x in os.getloadavg()],
                "python": platform.python_version(), **summarize(d)}
         if not args.no_save:

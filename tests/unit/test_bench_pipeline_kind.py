@@ -22,3 +22,14 @@ def test_a_run_is_quick_or_default_and_lists_what_it_changed(tmp_path):
         quick = PipelineConfig(**QUICK).model_dump()
         (tmp_path / "d" / "pipeline.yaml").write_text(yaml.safe_dump({**quick, "rl_lr": 3e-5}))
         assert bench.kind(tmp_path / "d") == ("quick", {"rl_lr": 3e-5})
+
+
+def test_the_row_names_the_cpu_class_that_decides_its_wall_time(tmp_path):
+    avx2 = tmp_path / "avx2"
+    avx2.write_text("processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 avx avx2 fma\n")
+    bf16 = tmp_path / "bf16"
+    bf16.write_text("model name\t: AMD EPYC 9R14\nflags\t\t: avx2 avx512f avx512_bf16 fma\n")
+    with script_module("bench", "pipeline") as bench:
+        assert bench.cpu_facts(str(avx2)) == {"model": "AMD EPYC", "vector": ["avx2"]}
+        assert bench.cpu_facts(str(bf16)) == {"model": "AMD EPYC 9R14", "vector": ["avx2", "avx512f", "avx512_bf16"]}
+        assert bench.cpu_facts(str(tmp_path / "missing"))["vector"] == []
