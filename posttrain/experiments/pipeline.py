@@ -234,7 +234,8 @@ def rlhf_report(run_dir: Path, out: dict[str, Any]) -> str:
                  f"reward per domain (greedy, {r['val_tasks']} tasks each), step 0 → {r['steps']}:"]
     for dom, start in r["val_start"].items():
         lines.append(f"    {dom:14s} {start:6.3f} → {r['val_end'].get(dom, nan):6.3f}")
-    lines.append(f"  mean reply tokens in the batch: first step {r['reply_tokens_first']}, last {r['reply_tokens_last']}")
+    first, last = (r[k] if r[k] is not None else nan for k in ("reply_tokens_first", "reply_tokens_last"))
+    lines.append(f"  mean reply tokens in the batch: first step {first:.1f}, last {last:.1f}")
     if g:
         lines.append(f"  GenRM: {g['steps']} GRPO steps; held-out judgement reward {g['val_start'].get('mean', nan):.3f} → "
                      f"{g['val_end'].get('mean', nan):.3f} (1 = exact, 0 = format error)")

@@ -148,3 +148,15 @@ def test_arithmetic_asked_in_several_wordings_gets_a_gain_per_wording(tmp_path):
     _records(tmp_path / "validation" / "step_000008.jsonl", {"arithmetic": [0, 1]})
     _records(tmp_path / "validation" / "step_000000.jsonl", {"arithmetic": [1, 1]})
     assert subsets(validation_gains(tmp_path, 8)) == {}
+
+
+def test_rlhf_section_rounds_reply_lengths_and_says_when_there_were_none(tmp_path):
+    from posttrain.experiments.pipeline import rlhf_report
+
+    rlhf = {"steps": 2, "judge": "runs/x/genrm", "val_tasks": 8, "val_start": {"math": 0.125}, "val_end": {"math": 0.25},
+            "reply_tokens_first": 17.444444444444443, "reply_tokens_last": 10.777777777777779}
+    text = rlhf_report(tmp_path, {"rlhf": rlhf, "genrm": None})
+    assert "first step 17.4, last 10.8" in text and "0.125 →  0.250" in text
+    text = rlhf_report(tmp_path, {"rlhf": {**rlhf, "reply_tokens_first": None, "reply_tokens_last": None}, "genrm": None})
+    assert "first step nan, last nan" in text
+    assert (tmp_path / "rlhf.json").exists()
