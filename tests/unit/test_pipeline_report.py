@@ -160,3 +160,15 @@ def test_rlhf_section_rounds_reply_lengths_and_says_when_there_were_none(tmp_pat
     text = rlhf_report(tmp_path, {"rlhf": {**rlhf, "reply_tokens_first": None, "reply_tokens_last": None}, "genrm": None})
     assert "first step nan, last nan" in text
     assert (tmp_path / "rlhf.json").exists()
+
+
+def test_curation_section_has_paired_gains_with_their_noise():
+    from posttrain.experiments.pipeline import curation_gains
+
+    base = _measured([0, 0, 1, 0], [1, 1, 1, 1])
+    unfiltered = _measured([0, 1, 1, 0], [1, 1, 1, 1])
+    curated = _measured([1, 1, 1, 0], [1, 1, 1, 1])
+    lines = curation_gains({"base": base, "unfiltered": unfiltered, "curated": curated})
+    assert lines[0].split()[:3] == ["curated", "−", "unfiltered"] and "+25.0% ± 25.0%" in lines[0] and "(+1/-0)" in lines[0]
+    assert "+50.0% ± 28.9%" in lines[1] and "(+2/-0)" in lines[1]
+    assert curation_gains({"base": {}, "unfiltered": {}, "curated": {}}) == []  # cached before per-problem results
