@@ -228,6 +228,16 @@ def run_rlhf(cfg: PipelineConfig, run_dir: Path, sft: dict[str, Any], start: str
     return {"genrm": genrm, "rlhf": cached_stage(run_dir, "rlhf", rlhf)}
 
 
+def paired_lines(title: str, out_dir: Path, step: int) -> list[str]:
+    """An RL-type run's validation gain at ``step`` over step 0, per domain and pooled, each ± its paired
+    standard error (``validation_gains``, as the RLVR section shows it); none when the records are
+    missing."""
+    gains = validation_gains(out_dir, step)
+    if not gains:
+        return []
+    return [f"  {title}:"] + [f"    {dom:14s} {_gain(g)}" for dom, g in gains.items()]
+
+
 def rlhf_report(run_dir: Path, out: dict[str, Any]) -> str:
     r, g, nan = out["rlhf"], out["genrm"], float("nan")
     lines = ["", f"rlhf: {r['steps']} GRPO steps with the GenRM {r['judge']} as the reward; held-out verifier "
@@ -236,6 +246,7 @@ def rlhf_report(run_dir: Path, out: dict[str, Any]) -> str:
         lines.append(f"    {dom:14s} {start:6.3f} → {r['val_end'].get(dom, nan):6.3f}")
     first, last = (r[k] if r[k] is not None else nan for k in ("reply_tokens_first", "reply_tokens_last"))
     lines.append(f"  mean reply tokens in the batch: first step {first:.1f}, last {last:.1f}")
+    lines += paired_lines(f"step {r['steps']} − step 0, paired per task", run_dir / "rlhf", r["steps"])
     if g:
         lines.append(f"  GenRM: {g['steps']} GRPO steps; held-out judgement reward {g['val_start'].get('mean', nan):.3f} → "
                      f"{g['val_end'].get('mean', nan):.3f} (1 = exact, 0 = format error)")
@@ -456,6 +467,7 @@ def distill_report(run_dir: Path, runs: dict[str, dict[str, Any]], rl: dict[str,
         "instruction_rl; mcq is validated only",
         f"  details in {run_dir}/distill.json and distill.png; curves in {student['rewards_png']}",
     ]
+    lines += paired_lines("MOPD student − base (SFT), paired per task", run_dir / "mopd", student["steps"])
     (run_dir / "distill.json").write_text(json.dumps({"validation": cols, "runs": runs}, indent=2))
     import matplotlib
 

@@ -172,3 +172,15 @@ def test_curation_section_has_paired_gains_with_their_noise():
     assert lines[0].split()[:3] == ["curated", "−", "unfiltered"] and "+25.0% ± 25.0%" in lines[0] and "(+1/-0)" in lines[0]
     assert "+50.0% ± 28.9%" in lines[1] and "(+2/-0)" in lines[1]
     assert curation_gains({"base": {}, "unfiltered": {}, "curated": {}}) == []  # cached before per-problem results
+
+
+def test_distill_and_rlhf_sections_show_paired_gains_over_their_start(tmp_path):
+    from posttrain.experiments.pipeline import paired_lines
+
+    _records(tmp_path / "validation" / "step_000000.jsonl", {"math": [0, 1], "instruction": [0, 0]})
+    _records(tmp_path / "validation" / "step_000002.jsonl", {"math": [1, 1], "instruction": [0, 0]})
+    lines = paired_lines("step 2 − step 0", tmp_path, 2)
+    assert lines[0] == "  step 2 − step 0:"
+    assert lines[1].split()[0] == "math" and "+50.0% ± 50.0%" in lines[1] and "(+1/-0)" in lines[1]
+    assert lines[3].split()[0] == "all" and "+25.0% ± 25.0%" in lines[3]
+    assert paired_lines("step 4 − step 0", tmp_path, 4) == []  # no records at that step: no line
