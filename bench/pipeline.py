@@ -64,7 +64,32 @@ def summarize(run_dir: Path) -> dict:
         "stages": {k: {f: s.get(f) for f in ("seconds", "cpu_seconds", "load_avg")} for k, s in stages.items()},
         "config": cfg,
         "sft_precision": _read_json(run_dir / "sft" / "precision.json"),
+        "sections": sections(run_dir),
     }
+
+
+def sections(run_dir: Path) -> dict[str, Any]:
+    """The optional sections' figures with their noise: curation's accuracies and paired gains, the
+    distill student's and the RLHF run's validation gains over their start (as report.md shows them)."""
+    from dataclasses import asdict
+
+    from posttrain.eval.compare import paired_gain
+    from posttrain.experiments.pipeline_report import validation_gains
+
+    def paired(a: dict, b: dict) -> dict:  # per problem, as report.md's gains
+        return asdict(paired_gain({t["id"]: t["correct"] for t in a["per_task"]}, {t["id"]: t["correct"] for t in b["per_task"]}))
+
+    out: dict[str, Any] = {}
+    cur = {n: _read_json(run_dir / "curation" / "stages" / f"{n}.json") for n in ("base", "unfiltered", "curated")}
+    if all("per_task" in m for m in cur.values()):
+        out["curation"] = {"accuracy": {n: m["accuracy"] for n, m in cur.items()},
+                           "curated_vs_unfiltered": paired(cur["unfiltered"], cur["curated"]),
+                           "curated_vs_base": paired(cur["base"], cur["curated"])}
+    for name, sub in (("distill", "mopd"), ("rlhf", "rlhf")):
+        stage = _read_json(run_dir / "stages" / f"{sub}.json")
+        if stage.get("steps"):
+            out[name] = validation_gains(run_dir / sub, stage["steps"])
+    return out
 
 
 def _read_json(path: Path) -> dict:
@@ -102,7 +127,7 @@ def kind(run_dir: Path) -> tuple[str, dict[str, Any]]:
     sizes = ("n_train", "sft_steps", "rl_steps", "n_eval")
     name = "quick" if cfg and all(cfg.get(k) == QUICK[k] for k in sizes) else "default"
     ref = PipelineConfig(**(QUICK if name == "quick" else {})).model_dump()
-    skip = {"run_dir", "seed", "sft_arm", "distill", "rlhf", "curation", "rlvr"}  # where and which stages: not settings
+    skip = {"run_dir", "seed", "sft_arm", "anchor_control", "distill", "rlhf", "curation", "rlvr"}  # where and which stages: not settings
     differs = {k: v for k, v in cfg.items() if k not in skip and k in ref and ref[k] != v}
     return name, differs
 

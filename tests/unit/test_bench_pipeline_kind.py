@@ -22,6 +22,10 @@ def test_a_run_is_quick_or_default_and_lists_what_it_changed(tmp_path):
         quick = PipelineConfig(**QUICK).model_dump()
         (tmp_path / "d" / "pipeline.yaml").write_text(yaml.safe_dump({**quick, "rl_lr": 3e-5}))
         assert bench.kind(tmp_path / "d") == ("quick", {"rl_lr": 3e-5})
+        # which stages ran is not a setting: --anchor-control / --sft-arm / --distill ... are today's command
+        stages = {**quick, "anchor_control": True, "sft_arm": True, "distill": True, "rlhf": True, "curation": True}
+        (tmp_path / "d" / "pipeline.yaml").write_text(yaml.safe_dump(stages))
+        assert bench.kind(tmp_path / "d") == ("quick", {})
 
 
 def test_the_row_names_the_cpu_class_that_decides_its_wall_time(tmp_path):
@@ -33,3 +37,21 @@ def test_the_row_names_the_cpu_class_that_decides_its_wall_time(tmp_path):
         assert bench.cpu_facts(str(avx2)) == {"model": "AMD EPYC", "vector": ["avx2"]}
         assert bench.cpu_facts(str(bf16)) == {"model": "AMD EPYC 9R14", "vector": ["avx2", "avx512f", "avx512_bf16"]}
         assert bench.cpu_facts(str(tmp_path / "missing"))["vector"] == []
+
+
+def test_the_row_carries_the_curation_section_with_its_paired_gains(tmp_path):
+    import json
+
+    def measured(correct):
+        return {"accuracy": sum(correct) / len(correct), "per_task": [{"id": f"t{i}", "correct": c} for i, c in enumerate(correct)]}
+
+    stages = tmp_path / "curation" / "stages"
+    stages.mkdir(parents=True)
+    for name, correct in (("base", [0, 0, 1, 0]), ("unfiltered", [0, 1, 1, 0]), ("curated", [1, 1, 1, 0])):
+        (stages / f"{name}.json").write_text(json.dumps(measured(correct)))
+    with script_module("bench", "pipeline") as bench:
+        cur = bench.sections(tmp_path)["curation"]
+        assert cur["accuracy"] == {"base": 0.25, "unfiltered": 0.5, "curated": 0.75}
+        assert (cur["curated_vs_unfiltered"]["gain"], cur["curated_vs_unfiltered"]["se"]) == (0.25, 0.25)
+        assert (cur["curated_vs_base"]["gained"], cur["curated_vs_base"]["lost"]) == (2, 0)
+        assert bench.sections(tmp_path / "none") == {}
