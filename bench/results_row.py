@@ -33,10 +33,16 @@ def commit() -> str:
 def machine(load_before: float, load_after: float, **extra: Any) -> dict[str, Any]:
     """Where a figure was measured: cores, CPU, the 1-minute load average before and after, and
     whatever else the bench adds (threads, capability)."""
-    import platform
+    return {"cores": os.cpu_count(), "cpu": cpu_facts(), "load_before": load_before, "load_after": load_after, **extra}
 
-    return {"cores": os.cpu_count(), "cpu": platform.processor() or platform.machine(),
-            "load_before": load_before, "load_after": load_after, **extra}
+
+def cpu_facts(cpuinfo: str = "/proc/cpuinfo") -> dict[str, Any]:
+    """The CPU's model and the vector extensions that decide a run's speed (models/precision.py's
+    ``VECTOR_FLAGS``): a wall time or a GFLOP/s means nothing without them."""
+    from posttrain.models.precision import VECTOR_FLAGS, cpu_info
+
+    model, flags = cpu_info(cpuinfo)
+    return {"model": model, "vector": [f for f in VECTOR_FLAGS if f in flags]}
 
 
 def mean_se(xs: list[float]) -> tuple[float, float]:

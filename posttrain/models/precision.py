@@ -111,21 +111,33 @@ def decide(probe: Probe, stage: Stage) -> Decision:
                     "(models/precision.py)", probe)
 
 
+VECTOR_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
+"""The CPU flags that decide a run's speed here: the same ``pipeline --quick`` takes 4 min on an
+AVX-512 CPU with bf16 and 15 min on an AVX2-only one (docs/results/pipeline.md)."""
+
+
+def cpu_info(cpuinfo: str = "/proc/cpuinfo") -> tuple[str, frozenset[str]]:
+    """(CPU model name, its flags) from the first processor in ``cpuinfo``; the platform's name and no
+    flags where that file cannot be read."""
+    model, flags = platform.processor() or platform.machine(), frozenset[str]()
+    try:
+        for line in Path(cpuinfo).read_text().splitlines():
+            if line.startswith("model name") and ":" in line:
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith("flags") and ":" in line:
+                flags = frozenset(line.split(":", 1)[1].split())
+                break
+    except OSError:
+        pass
+    return model, flags
+
+
 def machine_key() -> str:
     """CPU model + a hash of its flags + torch version: what makes probe figures transferable."""
     import torch
 
-    model, flags = platform.processor() or platform.machine(), ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and ":" in line:
-                model = line.split(":", 1)[1].strip()
-            if line.startswith("flags") and ":" in line:
-                flags = " ".join(sorted(line.split(":", 1)[1].split()))
-                break
-    except OSError:
-        pass
-    digest = hashlib.sha1(flags.encode()).hexdigest()[:10]
+    model, flags = cpu_info()
+    digest = hashlib.sha1(" ".join(sorted(flags)).encode()).hexdigest()[:10]
     return f"{model} | flags {digest} | torch {torch.__version__}"
 
 

@@ -33,7 +33,7 @@ def test_the_row_names_the_cpu_class_that_decides_its_wall_time(tmp_path):
     avx2.write_text("processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 avx avx2 fma\n")
     bf16 = tmp_path / "bf16"
     bf16.write_text("model name\t: AMD EPYC 9R14\nflags\t\t: avx2 avx512f avx512_bf16 fma\n")
-    with script_module("bench", "pipeline") as bench:
+    with script_module("bench", "results_row") as bench:  # every bench's machine(), the pipeline rows' cpu
         assert bench.cpu_facts(str(avx2)) == {"model": "AMD EPYC", "vector": ["avx2"]}
         assert bench.cpu_facts(str(bf16)) == {"model": "AMD EPYC 9R14", "vector": ["avx2", "avx512f", "avx512_bf16"]}
         assert bench.cpu_facts(str(tmp_path / "missing"))["vector"] == []
@@ -52,6 +52,7 @@ def test_the_row_carries_the_curation_section_with_its_paired_gains(tmp_path):
     with script_module("bench", "pipeline") as bench:
         cur = bench.sections(tmp_path)["curation"]
         assert cur["accuracy"] == {"base": 0.25, "unfiltered": 0.5, "curated": 0.75}
-        assert (cur["curated_vs_unfiltered"]["gain"], cur["curated_vs_unfiltered"]["se"]) == (0.25, 0.25)
-        assert (cur["curated_vs_base"]["gained"], cur["curated_vs_base"]["lost"]) == (2, 0)
+        vs_unfiltered, vs_base = cur["gains"]["curated − unfiltered"], cur["gains"]["curated − base"]
+        assert (vs_unfiltered["gain"], vs_unfiltered["se"]) == (0.25, 0.25)
+        assert (vs_base["gained"], vs_base["lost"]) == (2, 0)
         assert bench.sections(tmp_path / "none") == {}
