@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from results_row import append_row, commit  # noqa: E402
+from results_row import append_row, commit, cpu_facts  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "pipeline.jsonl"
 
@@ -71,20 +71,13 @@ def summarize(run_dir: Path) -> dict:
 def sections(run_dir: Path) -> dict[str, Any]:
     """The optional sections' figures with their noise: curation's accuracies and paired gains, the
     distill student's and the RLHF run's validation gains over their start (as report.md shows them)."""
-    from dataclasses import asdict
-
-    from posttrain.eval.compare import paired_gain
+    from posttrain.experiments.pipeline import curation_pairs
     from posttrain.experiments.pipeline_report import validation_gains
-
-    def paired(a: dict, b: dict) -> dict:  # per problem, as report.md's gains
-        return asdict(paired_gain({t["id"]: t["correct"] for t in a["per_task"]}, {t["id"]: t["correct"] for t in b["per_task"]}))
 
     out: dict[str, Any] = {}
     cur = {n: _read_json(run_dir / "curation" / "stages" / f"{n}.json") for n in ("base", "unfiltered", "curated")}
     if all("per_task" in m for m in cur.values()):
-        out["curation"] = {"accuracy": {n: m["accuracy"] for n, m in cur.items()},
-                           "curated_vs_unfiltered": paired(cur["unfiltered"], cur["curated"]),
-                           "curated_vs_base": paired(cur["base"], cur["curated"])}
+        out["curation"] = {"accuracy": {n: m["accuracy"] for n, m in cur.items()}, "gains": curation_pairs(cur)}
     for name, sub in (("distill", "mopd"), ("rlhf", "rlhf")):
         stage = _read_json(run_dir / "stages" / f"{sub}.json")
         if stage.get("steps"):
@@ -94,24 +87,6 @@ def sections(run_dir: Path) -> dict[str, Any]:
 
 def _read_json(path: Path) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
-
-
-def cpu_facts(cpuinfo: str = "/proc/cpuinfo") -> dict[str, Any]:
-    """The CPU's model and the vector extensions that decide a run's speed: the same command takes
-    4 min on an AVX-512 machine with bf16 and 15 min on an AVX2-only one (docs/results/pipeline.md),
-    so a wall time means nothing without them."""
-    model, flags = platform.machine(), set()
-    try:
-        for line in Path(cpuinfo).read_text().splitlines():
-            if line.startswith("model name") and ":" in line:
-                model = line.split(":", 1)[1].strip()
-            elif line.startswith("flags") and ":" in line:
-                flags = set(line.split(":", 1)[1].split())
-                break
-    except OSError:
-        pass
-    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
-    return {"model": model, "vector": [f for f in wanted if f in flags]}
 
 
 def kind(run_dir: Path) -> tuple[str, dict[str, Any]]:

@@ -654,18 +654,23 @@ def curation_section(cfg: PipelineConfig, run_dir: Path) -> str:
                   max_new_tokens=cfg.max_new_tokens)  # caches its own stages under curation/stages
     lines = [f"\ncuration: {cur['candidates_logged']} self-generated candidates → {cur['rows_curated']} curated rows; "
              f"SFT on them vs on {cur['rows_unfiltered']} unfiltered samples (same steps):"]
-    n = cmp["base"].get("n_eval") or len(cmp["base"].get("per_task", [])) or 1
     for name in ("base", "unfiltered", "curated"):
-        lines.append(f"  {name:12s} held-out accuracy {cmp[name]['accuracy']:6.1%} ± {binomial_se(cmp[name]['accuracy'], n):.1%}")
+        acc = cmp[name]["accuracy"]
+        lines.append(f"  {name:12s} held-out accuracy {acc:6.1%} ± {binomial_se(acc, cmp[name]['n_eval']):.1%}")
     lines += curation_gains(cmp)
     return "\n".join(lines)
 
 
+CURATION_PAIRS = {"curated − unfiltered": ("unfiltered", "curated"), "curated − base": ("base", "curated")}
+"""What curation adds over as many unfiltered samples, and over the base model."""
+
+
+def curation_pairs(cmp: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The curation section's paired accuracy gains on the same held-out problems (as every other gain
+    in the report); none for a measurement cached before per-problem results existed."""
+    return {label: _paired(cmp[a], cmp[b], "correct") for label, (a, b) in CURATION_PAIRS.items()
+            if "per_task" in cmp[a] and "per_task" in cmp[b]}
+
+
 def curation_gains(cmp: dict[str, dict[str, Any]]) -> list[str]:
-    """The section's paired gains on the same held-out problems (what curation adds over the same
-    number of unfiltered samples, and over the base model), as every other gain in the report."""
-    out = []
-    for label, a, b in (("curated − unfiltered", "unfiltered", "curated"), ("curated − base", "base", "curated")):
-        if "per_task" in cmp[a] and "per_task" in cmp[b]:
-            out.append(f"  {label:22s} accuracy {_gain(_paired(cmp[a], cmp[b], 'correct'))}")
-    return out
+    return [f"  {label:22s} accuracy {_gain(g)}" for label, g in curation_pairs(cmp).items()]
