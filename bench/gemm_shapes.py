@@ -6,7 +6,8 @@
 vocabulary 49,152): an MLP projection and the output layer, at the row counts of a decode step (32
 or 96 problems at once) and of an SFT step (~512 packed tokens). The precision probe
 (``models/precision.py``) measures square 512 x 512 matmuls; these are the shapes the stages run, and
-on an AVX2-only EPYC the output layer at 32 rows ran at a third of the probe's speed. The dtypes and
+on an AVX2-only EPYC the output layer at 32 rows ran at 34.5 GFLOP/s on 2 threads where the probe
+gave 54 on one. The dtypes and
 shapes alternate rep by rep, so load from other processes hits them alike; each figure is the mean of
 ``--reps`` rounds (each the average of ``--inner`` back-to-back calls) ± its standard error. Appends one row to bench/results/gemm_shapes.jsonl and ends
 with ``RESULT gemm_shapes: <GFLOP/s> GFLOP/s (fp32 output layer, 32 rows, <threads> threads; ...)``.
@@ -21,24 +22,21 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from results_row import append_row, commit, machine, mean_se  # bench/results_row.py (sys.path[0] is bench/)
-from pipeline import cpu_facts  # the CPU's vector flags, as the pipeline rows name them
 
 RESULTS = Path(__file__).resolve().parent / "results" / "gemm_shapes.jsonl"
 HIDDEN, MLP, VOCAB = 576, 1536, 49152
 
 
-def time_linear(rows: int, out: int, dtype: object, reps: int) -> list[float]:
-    """Seconds per ``linear`` of [rows, HIDDEN] x [HIDDEN, out] (weights stored [out, HIDDEN], as HF's)."""
+def time_linear(x: object, w: object, calls: int) -> float:
+    """Mean seconds of ``calls`` back-to-back ``linear(x, w)`` (weights stored [out, HIDDEN], as HF's):
+    the steady state a decode loop sees, not one call's thread wake-up."""
     import torch
 
-    x, w = torch.randn(rows, HIDDEN, dtype=dtype), torch.randn(out, HIDDEN, dtype=dtype)
     torch.nn.functional.linear(x, w)  # warm-up: oneDNN/MKL pick their kernels on the first call
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
+    t = time.perf_counter()
+    for _ in range(calls):
         torch.nn.functional.linear(x, w)
-        times.append(time.perf_counter() - t)
-    return times
+    return (time.perf_counter() - t) / calls
 
 
 def main() -> None:
@@ -54,13 +52,16 @@ def main() -> None:
     load_before = os.getloadavg()[0]
     cells = [(t, r, name, out, dt) for t in args.threads for r in args.rows
              for name, out in (("mlp", MLP), ("output", VOCAB)) for dt in ("fp32", "bf16")]
+    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
+    # operands made once per shape and dtype (the output layer's weight is 113 MB in fp32), shared by
+    # the thread counts
+    operands = {(r, out, dt): (torch.randn(r, HIDDEN, dtype=dtypes[dt]), torch.randn(out, HIDDEN, dtype=dtypes[dt]))
+                for _, r, _, out, dt in cells}
     times: dict[tuple, list[float]] = {c: [] for c in cells}
     for _ in range(args.reps):  # interleaved: every cell sees the same load
         for c in cells:
             torch.set_num_threads(c[0])
-            dtype = torch.float32 if c[4] == "fp32" else torch.bfloat16
-            inner = time_linear(c[1], c[3], dtype, args.inner)  # back-to-back calls: the steady state a
-            times[c].append(sum(inner) / len(inner))  # decode loop sees, not one call's thread wake-up
+            times[c].append(time_linear(*operands[c[1], c[3], c[4]], args.inner))
     figures = []
     for (t, r, name, out, dt), ts in times.items():
         gflops = [2 * r * HIDDEN * out / s / 1e9 for s in ts]
@@ -69,17 +70,18 @@ def main() -> None:
                         "gflops_se": round(se, 1), "ms": round(1e3 * sum(ts) / len(ts), 2)})
         print(f"{t} thread(s)  {r:4d} rows  {name:6s} {dt}: {m:7.1f} ± {se:5.1f} GFLOP/s  ({figures[-1]['ms']:.1f} ms)")
     row = {"bench": "gemm_shapes", "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "commit": commit(), "torch": torch.__version__, "cpu_flags": cpu_facts(),
-           **machine(load_before, os.getloadavg()[0]), "figures": figures}
+           "commit": commit(), "torch": torch.__version__, **machine(load_before, os.getloadavg()[0]),
+           "figures": figures}
     if not args.no_save:
         append_row(RESULTS, row)
     outputs = [f for f in figures if f["layer"] == "output" and f["dtype"] == "fp32" and f["threads"] == max(args.threads)]
     key = next((f for f in outputs if f["rows"] == 32), outputs[0])
     mlp = next((f for f in figures if f["layer"] == "mlp" and f["dtype"] == "fp32" and f["rows"] == key["rows"]
                 and f["threads"] == key["threads"]), key)
+    cpu = row["cpu"]
     print(f"RESULT gemm_shapes: {key['gflops']} GFLOP/s (fp32 output layer, {key['rows']} rows, {key['threads']} "
-          f"threads, ± {key['gflops_se']}; MLP projection {mlp['gflops']}; {cpu_facts()['model']} "
-          f"{'/'.join(cpu_facts()['vector']) or 'no AVX2'})")
+          f"threads, ± {key['gflops_se']}; MLP projection {mlp['gflops']}; {cpu['model']} "
+          f"{'/'.join(cpu['vector']) or 'no AVX2'})")
 
 
 if __name__ == "__main__":
