@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 
 import pytest
+
+import posttrain  # noqa: F401  (before torch, as every posttrain program: models/blas.py's MKL shim on AMD CPUs)
 import torch
 
 # No test times a matmul: `precision: auto` reads these probe figures (an AVX2-like machine, where

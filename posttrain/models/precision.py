@@ -133,12 +133,15 @@ def cpu_info(cpuinfo: str = "/proc/cpuinfo") -> tuple[str, frozenset[str]]:
 
 
 def machine_key() -> str:
-    """CPU model + a hash of its flags + torch version: what makes probe figures transferable."""
+    """CPU model + a hash of its flags + torch version (+ MKL's AMD shim when on, models/blas.py: it
+    changes the fp32 figure): what makes probe figures transferable."""
     import torch
+
+    from posttrain.models import blas
 
     model, flags = cpu_info()
     digest = hashlib.sha1(" ".join(sorted(flags)).encode()).hexdigest()[:10]
-    return f"{model} | flags {digest} | torch {torch.__version__}"
+    return f"{model} | flags {digest} | torch {torch.__version__}" + (" | mkl-amd shim" if blas.STATE == "on" else "")
 
 
 def measure(n: int = 512, budget_s: float = 0.3, min_reps: int = 3, threads: int = 1,
