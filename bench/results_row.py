@@ -38,11 +38,13 @@ def machine(load_before: float, load_after: float, **extra: Any) -> dict[str, An
 
 def cpu_facts(cpuinfo: str = "/proc/cpuinfo") -> dict[str, Any]:
     """The CPU's model and the vector extensions that decide a run's speed (models/precision.py's
-    ``VECTOR_FLAGS``): a wall time or a GFLOP/s means nothing without them."""
+    ``VECTOR_FLAGS``): a wall time or a GFLOP/s means nothing without them; and whether MKL's vendor
+    check was lifted on an AMD CPU (models/blas.py: 1.3-2.5x on fp32 matmuls there)."""
+    from posttrain.models import blas
     from posttrain.models.precision import VECTOR_FLAGS, cpu_info
 
     model, flags = cpu_info(cpuinfo)
-    return {"model": model, "vector": [f for f in VECTOR_FLAGS if f in flags]}
+    return {"model": model, "vector": [f for f in VECTOR_FLAGS if f in flags], "mkl_amd": blas.STATE}
 
 
 def mean_se(xs: list[float]) -> tuple[float, float]:
