@@ -37,7 +37,9 @@ RESULTS = Path(__file__).resolve().parent / "results" / "threads.jsonl"
 ROOT = Path(__file__).resolve().parent.parent
 
 WORKER = r"""
-import json, sys, time, torch
+import json, sys, time
+import posttrain  # before torch: the MKL shim of models/blas.py, as every posttrain command has it
+import torch
 torch.set_num_threads(int(sys.argv[1]))
 from posttrain.models.loading import load_model
 from posttrain.engines.hf import HFGenerator
@@ -54,6 +56,50 @@ print(json.dumps({"tokens_per_s": sum(len(c[0].token_ids) for c in out) / dt, "s
                   "cpu_s": time.process_time()}))
 """
 
+IDLE_WORKER = r"""
+import json, sys, tempfile, time
+from pathlib import Path
+import posttrain
+import torch
+from posttrain.algos.losses import make_loss
+from posttrain.configs import load_config
+from posttrain.configs.sft import SFTConfig
+from posttrain.data.conversations import write_jsonl
+from posttrain.data.synthetic import arithmetic_rows, arithmetic_tasks
+from posttrain.engines.base import SamplingParams
+from posttrain.engines.hf import HFGenerator
+from posttrain.train import loop
+from posttrain.train.sft import SFTStage
+from posttrain.models import threads
+
+if len(sys.argv) > 1 and sys.argv[1] == "govern":  # what the CLI sets up on a machine idle at start
+    threads.GOVERNOR = threads.Governor(2)
+work = Path(tempfile.mkdtemp())
+write_jsonl(arithmetic_rows(64, 0, "train", max_digits=2), work / "train.jsonl")
+write_jsonl(arithmetic_rows(8, 1, "validation", max_digits=2), work / "val.jsonl")
+# the SFT stage of ``posttrain pipeline --quick``: 16 conversations a step, packed rows of 512, auto precision
+cfg = load_config(SFTConfig, None, [f"run_dir={work / 'sft'}", "train.steps=4", "train.batch_size=16",
+                                     "train.save_every=0", "data.max_seq_len=512",
+                                     f"data.train=[{{path: {work / 'train.jsonl'}}}]",
+                                     f"data.validation=[{work / 'val.jsonl'}]"])
+t = loop.setup(cfg, lora=cfg.lora)
+stage, ce = SFTStage(cfg, t), make_loss("ce")
+loop.update(t, stage, stage.prepare(0).micro, ce)  # warm-up
+t0 = time.perf_counter()
+for step in (1, 2, 3):
+    loop.update(t, stage, stage.prepare(step).micro, ce)
+sft_step_s = (time.perf_counter() - t0) / 3
+# greedy decoding as the pipeline measures: 32 problems, every row to 40 tokens
+gen = HFGenerator(t.model, t.tokenizer, batch_size=32)
+gen.stop_ids = frozenset({-1})
+tasks = arithmetic_tasks(32, 2, "validation", max_digits=2)
+t0 = time.perf_counter()
+gen.generate([x.messages for x in tasks], SamplingParams(max_new_tokens=40, temperature=0.0))
+print(json.dumps({"sft_step_s": sft_step_s, "decode_s": time.perf_counter() - t0, "precision": t.precision.precision,
+                  "thread_changes": threads.GOVERNOR.changes if threads.GOVERNOR else 0,
+                  "threads_end": torch.get_num_threads()}))
+"""
+
 LOAD = "import torch\ntorch.set_num_threads(1)\na=torch.randn(1024,1024)\nwhile True: a@a\n"
 
 
@@ -68,13 +114,71 @@ def run_one(threads: int, policy: str | None, batch: int, tokens: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+POLICIES = {"PASSIVE": {"OMP_WAIT_POLICY": "PASSIVE"}, "default": {}, "governed": {},
+            "spin 10k": {"GOMP_SPINCOUNT": "10000"}}
+"""2-thread settings: passive waits; libgomp's default (spin, then sleep); the default governed as the
+CLI runs it on an idle machine (models/threads.py: fewer threads while other processes use the cores)."""
+
+
+def idle_policies(repeats: int, save: bool, with_load: bool) -> None:
+    """2 threads: what each OpenMP wait setting costs the pipeline's SFT step and greedy decoding on
+    an idle machine, and (``with_load``) beside one competing matmul process (docs/benchmarks.md)."""
+    load_before = os.getloadavg()[0]
+    cells = [(name, False) for name in POLICIES] + ([(n, True) for n in ("PASSIVE", "default", "governed")]
+                                                    if with_load else [])
+    res: dict[str, list[dict]] = {f"{n}{' + load' if ld else ''}": [] for n, ld in cells}
+    for r in range(repeats):
+        for name, load in (cells if r % 2 == 0 else list(reversed(cells))):
+            key = f"{name}{' + load' if load else ''}"
+            env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+            env.update({"OMP_NUM_THREADS": "2", "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+                        **POLICIES[name]})
+            hog = subprocess.Popen([sys.executable, "-c", LOAD], env={**os.environ, "OMP_NUM_THREADS": "1"}) if load else None
+            try:
+                out = subprocess.run([sys.executable, "-c", IDLE_WORKER, "govern" if name == "governed" else ""],
+                                     env=env, capture_output=True, text=True, check=True, cwd=ROOT)
+            finally:
+                if hog:
+                    hog.terminate()
+                    hog.wait()
+            res[key].append(json.loads(out.stdout.strip().splitlines()[-1]))
+            x = res[key][-1]
+            print(f"  {key:16s} SFT step {x['sft_step_s']:.2f} s, decode {x['decode_s']:.2f} s, "
+                  f"thread changes {x['thread_changes']}", flush=True)
+    load_after = os.getloadavg()[0]
+
+    def ms(v: list[float]) -> tuple[float, float]:
+        return statistics.mean(v), (statistics.stdev(v) / len(v) ** 0.5 if len(v) > 1 else float("nan"))
+
+    table = []
+    print(f"2 threads, {repeats} interleaved repeats; load {load_before:.2f} -> {load_after:.2f}")
+    for key, runs in res.items():
+        (a, sa), (b, sb) = ms([x["sft_step_s"] for x in runs]), ms([x["decode_s"] for x in runs])
+        table.append({"setting": key, "sft_step_s": [a, sa], "decode_s": [b, sb],
+                      "thread_changes": [x["thread_changes"] for x in runs]})
+        print(f"  {key:16s} SFT step ({runs[0]['precision']}) {a:5.2f} ± {sa:.2f} s   decode 32 x 40 {b:5.2f} ± {sb:.2f} s")
+    t = {x["setting"]: x for x in table}
+    if save:
+        append_row(RESULTS, {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "bench": "threads",
+                             "mode": "idle_policies", "repeats": repeats, "policies": POLICIES, "table": table,
+                             "raw": res, "machine": machine(load_before, load_after), "commit": commit()})
+    print(f"RESULT threads_idle_policy: {t['PASSIVE']['sft_step_s'][0] / t['governed']['sft_step_s'][0]:.2f} x "
+          f"(SFT step time, OMP_WAIT_POLICY=PASSIVE / governed spinning, 2 threads, idle, {repeats} repeats)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", type=int, default=24)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--no-save", action="store_true")
+    ap.add_argument("--idle-policies", action="store_true",
+                    help="2 threads on an idle machine: OpenMP wait settings on the pipeline's SFT step and decode")
+    ap.add_argument("--with-load", action="store_true", help="--idle-policies: also beside a competing process")
     args = ap.parse_args()
+    if args.idle_policies:
+        idle_policies(args.repeats, not args.no_save, args.with_load)
+        return
 
     configs = [(t, p, load) for load in (False, True) for t in (1, 2) for p in (None, "PASSIVE")]
     rates: dict[tuple, list[float]] = {c: [] for c in configs}

@@ -69,6 +69,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from posttrain.models import threads
 from posttrain.models.chat_template import IM_END
 from posttrain.engines.base import Completion, FinishReason, SamplingParams, TokenEngine
 
@@ -167,6 +168,7 @@ class HFGenerator(TokenEngine):
         self.device = next(model.parameters()).device
         if num_threads is not None:  # process-wide; torch's default is already one per core
             torch.set_num_threads(num_threads)
+            threads.stop_governing()
         stops = {tokenizer.convert_tokens_to_ids(IM_END), tokenizer.eos_token_id}
         self.stop_ids = frozenset(t for t in stops if t is not None and t != tokenizer.unk_token_id)
         if not self.stop_ids:
@@ -277,6 +279,7 @@ class HFGenerator(TokenEngine):
                 logits, attention, next_pos = logits[expand.to(dev)], attention[expand], next_pos[expand]
             live = list(range(len(rows)))  # batch position → index into rows
             for step in range(params.max_new_tokens):
+                threads.govern()  # fewer threads while other processes use the cores (models/threads.py)
                 uniforms = torch.cat([torch.rand(1, generator=rngs[r]) for r in live])
                 tokens, logprobs = sample_next(logits, params.temperature, params.top_p, uniforms.to(dev))
                 keep = []

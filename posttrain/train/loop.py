@@ -156,6 +156,7 @@ def setup(cfg: StageConfig, lora: LoRAConfig | None = None, freeze_routers: bool
     from posttrain.models.loading import load_model
     from posttrain.train.checkpoint import latest_checkpoint, load_trainer_state, set_rng_state
     from posttrain.train.metrics import MetricsLogger, truncate_metrics
+    from posttrain.models import threads
     from posttrain.models.precision import attention_for
     from posttrain.train import sharding
     from posttrain.train.precision import autocast, decide_precision
@@ -164,6 +165,7 @@ def setup(cfg: StageConfig, lora: LoRAConfig | None = None, freeze_routers: bool
     main = ranks is None or ranks.main
     if loop.threads:
         torch.set_num_threads(loop.threads)
+        threads.stop_governing()
     try:  # first thing: a run directory we cannot write fails before any model loads
         if main:
             save_config(cfg, run_dir)
@@ -356,6 +358,7 @@ def update(t: Trainer, stage: Stage, micro: list[Any], loss_fn: Callable[[Any], 
 
     import torch
 
+    from posttrain.models import threads
     from posttrain.train import sharding
 
     t.opt.zero_grad(set_to_none=True)
@@ -370,6 +373,7 @@ def update(t: Trainer, stage: Stage, micro: list[Any], loss_fn: Callable[[Any], 
     loss_total = lb_total = 0.0
     loads: dict[str, Any] = {}
     for mb in sharding.share(micro, t.ranks):
+        threads.govern()  # fewer threads while other processes use the cores (models/threads.py)
         padding = mb is None  # this rank's share is short: the same passes as the others, no gradient
         mb = next(m for m in micro if m is not None) if padding else mb
         with t.amp():
