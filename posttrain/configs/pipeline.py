@@ -141,7 +141,7 @@ class PipelineConfig(StrictModel):
         return self
 
 QUICK = {"n_train": 400, "n_eval": 96, "n_val_rows": 24, "sft_steps": 24, "sft_batch_size": 16,
-         "sft_lr": 2e-4, "max_new_tokens": 80, "rl_steps": 2, "rl_prompts_per_step": 4, "rl_group_size": 4,
+         "sft_lr": 2e-4, "max_new_tokens": 80, "eval_batch_size": 96, "rl_steps": 2, "rl_prompts_per_step": 4, "rl_group_size": 4,
          "rl_arith_train_tasks": 200, "rl_val_tasks": 8, "rl_mix_val_tasks": 8, "eval_samples": 0, "rl_lr": 1e-5,
          "specialist_steps": 2, "distill_steps": 2,
          "genrm_steps": 2, "rlhf_steps": 2, "run_dir": "runs/pipeline-quick"}
@@ -150,5 +150,6 @@ over the 384 rows) and the default's 80 new tokens: 20 x 8 at 3e-4 with 64 token
 format but not the sums, 64 tokens cut the SFT model's carry traces before ``Answer:``, and 40 x 8
 left one seed at 2.2 standard errors. RLVR: 2 steps of 4 x 4 on the default mix at lr 1e-5, 8 held-out
 tasks, greedy accuracy only (``eval_samples`` 0: the sampled accuracy would add ~2 min): at the default's 2e-5, two Adam steps on 16 rollouts moved every weight by ~2e-5 in a noise
-direction and cost 7.3 +- 3.4 points of held-out accuracy (seed 0, 1 thread). The
-measured gains of three seeds and the wall time on an idle machine are in docs/results/pipeline.md."""
+direction and cost 7.3 +- 3.4 points of held-out accuracy (seed 0, 1 thread). The 96 held-out
+problems decode in one batch (``eval_batch_size`` 96: fewer, wider decode steps than 3 x 32, the same
+answers on three seeds; bench/eval_batch.py). The measured gains of three seeds and the wall time on an idle machine are in docs/results/pipeline.md."""
