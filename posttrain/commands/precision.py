@@ -11,10 +11,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from posttrain.configs import cache_dir
+    from posttrain.models import blas
     from posttrain.models.precision import BF16_SAFE, decide, machine_probe
 
     probe = machine_probe(refresh=args.refresh)
     print(f"machine: {probe.machine}")
+    print(f"fp32 BLAS: MKL vendor shim {blas.STATE} (models/blas.py)")
     print(f"probe ({probe.source}; cache {cache_dir() / 'precision_probe.json'}): fp32 {probe.fp32_gflops:.1f} "
           f"GFLOP/s, bf16 {probe.bf16_gflops:.1f} GFLOP/s (bf16/fp32 {probe.bf16_speedup:.2f}x)")
     for stage in BF16_SAFE:

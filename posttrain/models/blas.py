@@ -8,11 +8,11 @@ defining that one function to return 1, loaded into the global symbol scope *bef
 the dynamic linker's lookup; MKL then dispatches on the CPU's feature flags like on an Intel CPU
 (AVX2 kernels on an AVX2 CPU: MKL still checks the instructions exist).
 
-Measured on an AMD EPYC (Zen 2, AVX2 only), 2 threads, torch 2.13.0 / MKL 2024.2, fp32 ``linear``
-on the embedded model's shapes (bench/gemm_shapes.py --mkl-amd both, rows in
-bench/results/gemm_shapes.jsonl): see docs/benchmarks.md. Without it this CPU ran the 49k-word
-output layer at 32 rows at ~35-45 GFLOP/s on 2 threads, where OpenBLAS (numpy) ran ~40 and the
-shimmed MKL ~100; the training shapes (2048 rows) 1.3-1.5x faster.
+Measured (``python bench/gemm_shapes.py --mkl-amd-compare``: each setting in its own process,
+alternating; docs/benchmarks.md, rows in bench/results/gemm_shapes.jsonl), fp32 ``linear`` on the
+embedded model's shapes, 2 threads, torch 2.13.0 / MKL 2024.2: the 49k-word output layer at 32 rows
+(one decode step of a 32-row batch) 38.0 -> 97.0 GFLOP/s on an AVX2 EPYC (Zen 2), 49.9 -> 67.8 on an
+AVX-512 EPYC (Zen 4); at 512 rows (training) 1.30x and 1.47x.
 
 Why a compiled shim and not a pure-Python switch: MKL reads the vendor through that symbol only,
 and only the dynamic linker can replace it. It is built once per machine with the system C
