@@ -167,8 +167,7 @@ class HFGenerator(TokenEngine):
         self.max_prefill_tokens = max_prefill_tokens
         self.device = next(model.parameters()).device
         if num_threads is not None:  # process-wide; torch's default is already one per core
-            torch.set_num_threads(num_threads)
-            threads.stop_governing()
+            threads.set_exact(num_threads)
         stops = {tokenizer.convert_tokens_to_ids(IM_END), tokenizer.eos_token_id}
         self.stop_ids = frozenset(t for t in stops if t is not None and t != tokenizer.unk_token_id)
         if not self.stop_ids:

@@ -13,19 +13,16 @@ before torch starts (so ``OMP_*`` variables are still read), each only when the 
   ``kdamond`` count), which rounded a 2-core idle machine down to 1 thread whenever it read above
   0.5 (a ``--quick`` run started at load 0.66 got 1 thread: 5.5 min instead of 4.4); the load
   average is the fallback without /proc;
-* ``OMP_WAIT_POLICY=PASSIVE``: a thread that waits sleeps instead of spinning, giving its core back
-  to whoever else needs it; if the machine gets busy after the start, the run degrades instead of
-  collapsing (measured 4x better than the default policy with 2 threads on a loaded machine).
-
-* except on a machine that is idle at start: there a waiting thread spins a while before it sleeps
-  (libgomp's default, ``OMP_WAIT_POLICY`` left unset), which on 2 idle cores made the pipeline's SFT
-  step 1.22x and its greedy decoding 1.27x faster than ``PASSIVE`` (``bench/threads.py
-  --idle-policies``). Spinning is what collapses when other work takes a core (2 threads decoding
-  beside one matmul process: 21 tokens/s spinning, 43 passive), so such a run is *governed*
-  (:class:`Governor`): every couple of seconds, at the step boundaries of the training loop and the
-  decode loop (:func:`govern`), it measures how many cores other processes keep busy and lowers
-  torch's thread count to the idle cores (one thread does not wait on anybody), raising it again
-  when they leave.
+* ``OMP_WAIT_POLICY``: ``PASSIVE`` (a thread that waits sleeps instead of spinning, giving its core
+  back to whoever else needs it; measured 4x better than the default policy with 2 threads on a
+  loaded machine) — except on a machine that is idle at start, where the policy stays libgomp's
+  (spin a while, then sleep): on 2 idle cores that made the pipeline's SFT step 1.10-1.22x and its
+  greedy decoding 1.22-1.27x faster than ``PASSIVE`` (``bench/threads.py --idle-policies``, two
+  runs). Spinning is what collapses when other work takes a core (beside one matmul process: SFT
+  step 19.9 s spinning, 11.3 passive), so such a run is *governed* (:class:`Governor`): every couple
+  of seconds, at the micro-batches of the training loop and the steps of the decode loop
+  (:func:`govern`), it measures how many cores other processes keep busy and gives torch the idle
+  ones (one thread waits on nobody), raising the count again when they leave (11.4 s governed).
 
 ``train.threads`` / ``--threads`` still set an exact count (and end the governing).
 """
@@ -156,6 +153,14 @@ def stop_governing() -> None:
     """An exact thread count was asked for (``--threads``): no more adjusting."""
     global GOVERNOR
     GOVERNOR = None
+
+
+def set_exact(n: int) -> None:
+    """torch's (process-wide) thread count set to ``n``, and kept there (no governing)."""
+    import torch
+
+    torch.set_num_threads(n)
+    stop_governing()
 
 
 def set_thread_defaults(environ: dict[str, str] | None = None) -> dict[str, str]:

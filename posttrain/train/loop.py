@@ -152,11 +152,10 @@ def setup(cfg: StageConfig, lora: LoRAConfig | None = None, freeze_routers: bool
     """
     import torch
 
-    from posttrain.models import moe as moe_lib
+    from posttrain.models import moe as moe_lib, threads
     from posttrain.models.loading import load_model
     from posttrain.train.checkpoint import latest_checkpoint, load_trainer_state, set_rng_state
     from posttrain.train.metrics import MetricsLogger, truncate_metrics
-    from posttrain.models import threads
     from posttrain.models.precision import attention_for
     from posttrain.train import sharding
     from posttrain.train.precision import autocast, decide_precision
@@ -164,8 +163,7 @@ def setup(cfg: StageConfig, lora: LoRAConfig | None = None, freeze_routers: bool
     run_dir, loop, ranks = Path(cfg.run_dir), cfg.train, sharding.current()
     main = ranks is None or ranks.main
     if loop.threads:
-        torch.set_num_threads(loop.threads)
-        threads.stop_governing()
+        threads.set_exact(loop.threads)
     try:  # first thing: a run directory we cannot write fails before any model loads
         if main:
             save_config(cfg, run_dir)
