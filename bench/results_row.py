@@ -41,7 +41,8 @@ def cpu_facts(cpuinfo: str = "/proc/cpuinfo") -> dict[str, Any]:
     ``VECTOR_FLAGS``): a wall time or a GFLOP/s means nothing without them; and whether MKL's vendor
     check was lifted on an AMD CPU (models/blas.py: 1.3-2.5x on fp32 matmuls there)."""
     from posttrain.models import blas
-    from posttrain.models.precision import VECTOR_FLAGS, cpu_info
+    from posttrain.models.cpuinfo import cpu_info
+    from posttrain.models.precision import VECTOR_FLAGS
 
     model, flags = cpu_info(cpuinfo)
     return {"model": model, "vector": [f for f in VECTOR_FLAGS if f in flags], "mkl_amd": blas.STATE}

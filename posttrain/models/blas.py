@@ -44,13 +44,9 @@ STATE = "not tried"
 
 def cpu_vendor(cpuinfo: str = "/proc/cpuinfo") -> str:
     """``vendor_id`` of the first processor (``AuthenticAMD``, ``GenuineIntel``), "" if unreadable."""
-    try:
-        for line in Path(cpuinfo).read_text().splitlines():
-            if line.startswith("vendor_id") and ":" in line:
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
+    from posttrain.models.cpuinfo import cpu_fields
+
+    return cpu_fields(cpuinfo).get("vendor_id", "")
 
 
 def build_shim(directory: Path) -> Path | None:

@@ -47,13 +47,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from posttrain.configs.base import cache_dir
+from posttrain.models.cpuinfo import cpu_info
 
 Stage = Literal["sft", "rl", "dpo", "sampling"]
 PROBE_ENV = "POSTTRAIN_PRECISION_PROBE"
@@ -114,22 +114,6 @@ def decide(probe: Probe, stage: Stage) -> Decision:
 VECTOR_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
 """The CPU flags that decide a run's speed here: the same ``pipeline --quick`` takes 4 min on an
 AVX-512 CPU with bf16 and 15 min on an AVX2-only one (docs/results/pipeline.md)."""
-
-
-def cpu_info(cpuinfo: str = "/proc/cpuinfo") -> tuple[str, frozenset[str]]:
-    """(CPU model name, its flags) from the first processor in ``cpuinfo``; the platform's name and no
-    flags where that file cannot be read."""
-    model, flags = platform.processor() or platform.machine(), frozenset[str]()
-    try:
-        for line in Path(cpuinfo).read_text().splitlines():
-            if line.startswith("model name") and ":" in line:
-                model = line.split(":", 1)[1].strip()
-            elif line.startswith("flags") and ":" in line:
-                flags = frozenset(line.split(":", 1)[1].split())
-                break
-    except OSError:
-        pass
-    return model, flags
 
 
 def machine_key() -> str:

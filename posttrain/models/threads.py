@@ -170,14 +170,13 @@ def set_thread_defaults(environ: dict[str, str] | None = None) -> dict[str, str]
     global GOVERNOR
     env = os.environ if environ is None else environ
     chosen = {}
-    whole_machine = False
+    n = None  # the thread count we chose; None: the user's
     if "OMP_NUM_THREADS" not in env:
         n = idle_cores()
         chosen["OMP_NUM_THREADS"] = str(n)
-        whole_machine = n > 1 and n == len(allowed_cpus())
     if "OMP_WAIT_POLICY" not in env and "GOMP_SPINCOUNT" not in env:
-        if whole_machine:
-            GOVERNOR = Governor(int(chosen["OMP_NUM_THREADS"]))
+        if n is not None and n > 1 and n == len(allowed_cpus()):  # the whole machine, idle
+            GOVERNOR = Governor(n)
         else:
             chosen["OMP_WAIT_POLICY"] = "PASSIVE"
     env.update(chosen)
