@@ -24,14 +24,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from results_row import append_row, commit, machine  # bench/results_row.py (sys.path[0] is bench/ when run)
+from results_row import append_row, commit, machine, mean_se  # bench/results_row.py (sys.path[0] is bench/ when run)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "threads.jsonl"
 ROOT = Path(__file__).resolve().parent.parent
@@ -147,13 +146,10 @@ def idle_policies(repeats: int, save: bool, with_load: bool) -> None:
                   f"thread changes {x['thread_changes']}", flush=True)
     load_after = os.getloadavg()[0]
 
-    def ms(v: list[float]) -> tuple[float, float]:
-        return statistics.mean(v), (statistics.stdev(v) / len(v) ** 0.5 if len(v) > 1 else float("nan"))
-
     table = []
     print(f"2 threads, {repeats} interleaved repeats; load {load_before:.2f} -> {load_after:.2f}")
     for key, runs in res.items():
-        (a, sa), (b, sb) = ms([x["sft_step_s"] for x in runs]), ms([x["decode_s"] for x in runs])
+        (a, sa), (b, sb) = mean_se([x["sft_step_s"] for x in runs]), mean_se([x["decode_s"] for x in runs])
         table.append({"setting": key, "sft_step_s": [a, sa], "decode_s": [b, sb],
                       "thread_changes": [x["thread_changes"] for x in runs]})
         print(f"  {key:16s} SFT step ({runs[0]['precision']}) {a:5.2f} ± {sa:.2f} s   decode 32 x 40 {b:5.2f} ± {sb:.2f} s")
@@ -199,16 +195,13 @@ def main() -> None:
                     hog.wait()
     load_after = os.getloadavg()[0]
 
-    def stat(v: list[float]) -> tuple[float, float]:
-        return statistics.mean(v), (statistics.stdev(v) / len(v) ** 0.5 if len(v) > 1 else float("nan"))
-
     print(f"embedded model, fp32 decode, batch {args.batch}, {args.tokens} tokens, {args.repeats} repeats; "
           f"{os.cpu_count()} cores, load average {load_before:.1f} -> {load_after:.1f}")
     print(f"{'threads':>7s} {'OMP_WAIT_POLICY':>15s} {'no extra load':>14s} {'+1 matmul proc':>14s} {'ratio':>6s}  (tokens/s)")
     table = []
     for t in (1, 2):
         for p in (None, "PASSIVE"):
-            (a, sa), (b, sb) = stat(rates[(t, p, False)]), stat(rates[(t, p, True)])
+            (a, sa), (b, sb) = mean_se(rates[(t, p, False)]), mean_se(rates[(t, p, True)])
             table.append({"threads": t, "omp_wait_policy": p or "default", "no_extra_load": [a, sa], "loaded": [b, sb]})
             print(f"{t:7d} {p or 'default':>15s} {a:7.1f} ± {sa:4.1f} {b:7.1f} ± {sb:4.1f} {b / a:6.2f}")
     best_loaded = max(table, key=lambda r: r["loaded"][0])
