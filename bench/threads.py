@@ -63,8 +63,9 @@ import torch
 from posttrain.algos.losses import make_loss
 from posttrain.configs import load_config
 from posttrain.configs.sft import SFTConfig
-from posttrain.data.conversations import write_jsonl
-from posttrain.data.synthetic import arithmetic_rows, arithmetic_tasks
+from posttrain.configs.pipeline import PipelineConfig
+from posttrain.data.synthetic import arithmetic_tasks
+from posttrain.experiments.stages import make_data
 from posttrain.engines.base import SamplingParams
 from posttrain.engines.hf import HFGenerator
 from posttrain.train import loop
@@ -74,13 +75,12 @@ from posttrain.models import threads
 if len(sys.argv) > 1 and sys.argv[1] == "govern":  # what the CLI sets up on a machine idle at start
     threads.GOVERNOR = threads.Governor(2)
 work = Path(tempfile.mkdtemp())
-write_jsonl(arithmetic_rows(64, 0, "train", max_digits=2), work / "train.jsonl")
-write_jsonl(arithmetic_rows(8, 1, "validation", max_digits=2), work / "val.jsonl")
+data = make_data(PipelineConfig(n_train=64, n_val_rows=8), work)  # the pipeline's own SFT rows
 # the SFT stage of ``posttrain pipeline --quick``: 16 conversations a step, packed rows of 512, auto precision
 cfg = load_config(SFTConfig, None, [f"run_dir={work / 'sft'}", "train.steps=4", "train.batch_size=16",
                                      "train.save_every=0", "data.max_seq_len=512",
-                                     f"data.train=[{{path: {work / 'train.jsonl'}}}]",
-                                     f"data.validation=[{work / 'val.jsonl'}]"])
+                                     f"data.train=[{{path: {data['train']}}}]",
+                                     f"data.validation=[{data['validation']}]"])
 t = loop.setup(cfg, lora=cfg.lora)
 stage, ce = SFTStage(cfg, t), make_loss("ce")
 loop.update(t, stage, stage.prepare(0).micro, ce)  # warm-up
