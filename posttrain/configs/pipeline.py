@@ -29,6 +29,9 @@ class PipelineConfig(StrictModel):
     sft_steps: int = Field(40, ge=1)
     sft_batch_size: int = Field(16, ge=1)
     sft_lr: float = Field(1e-4, gt=0)
+    sft_freeze_layers: int = Field(0, ge=0)
+    """SFT trains only the blocks above this one (``train.freeze_layers``): the embeddings and the
+    first N of the 30 blocks stay as loaded, and backward stops at block N. 0: every weight."""
     max_new_tokens: int = Field(80, ge=8)
     eval_batch_size: int = Field(32, ge=1)
     curation: bool = False
@@ -141,12 +144,14 @@ class PipelineConfig(StrictModel):
         return self
 
 QUICK = {"n_train": 400, "n_eval": 96, "n_val_rows": 24, "sft_steps": 24, "sft_batch_size": 16,
-         "sft_lr": 2e-4, "max_new_tokens": 80, "eval_batch_size": 96, "rl_steps": 2, "rl_prompts_per_step": 4, "rl_group_size": 4,
+         "sft_lr": 2e-4, "sft_freeze_layers": 15, "max_new_tokens": 80, "eval_batch_size": 96, "rl_steps": 2, "rl_prompts_per_step": 4, "rl_group_size": 4,
          "rl_arith_train_tasks": 200, "rl_val_tasks": 8, "rl_mix_val_tasks": 8, "eval_samples": 0, "rl_lr": 1e-5,
          "specialist_steps": 2, "distill_steps": 2,
          "genrm_steps": 2, "rlhf_steps": 2, "run_dir": "runs/pipeline-quick"}
 """``posttrain pipeline --quick``: every default stage for a moment. SFT 24 x 16 at lr 2e-4 (one pass
-over the 384 rows) and the default's 80 new tokens: 20 x 8 at 3e-4 with 64 tokens taught the answer
+over the 384 rows) of the top 15 of the 30 blocks (``sft_freeze_layers``: backward stops halfway, the
+stage took 112 s instead of 206 s for +27.1 +- 5.0 points instead of +24.0 +- 5.1, seed 0; the top 10
+alone gave +12.5 +- 4.7) and the default's 80 new tokens: 20 x 8 at 3e-4 with 64 tokens taught the answer
 format but not the sums, 64 tokens cut the SFT model's carry traces before ``Answer:``, and 40 x 8
 left one seed at 2.2 standard errors. RLVR: 2 steps of 4 x 4 on the default mix at lr 1e-5, 8 held-out
 tasks, greedy accuracy only (``eval_samples`` 0: the sampled accuracy would add ~2 min): at the default's 2e-5, two Adam steps on 16 rollouts moved every weight by ~2e-5 in a noise

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from posttrain.configs.base import StrictModel
 from posttrain.configs.train import LoopConfig, LoRAConfig, MoEConfig, OptimConfig
@@ -47,3 +47,10 @@ class SFTConfig(StrictModel):
     lora: LoRAConfig = Field(default_factory=LoRAConfig)
     moe: MoEConfig = Field(default_factory=MoEConfig)
     train: SFTTrainConfig = Field(default_factory=SFTTrainConfig)
+
+    @model_validator(mode="after")
+    def _one_way_to_choose_weights(self) -> "SFTConfig":
+        if self.lora.enabled and self.train.freeze_layers:
+            raise ValueError("lora.enabled and train.freeze_layers both choose which weights train: set one "
+                             f"(got lora.enabled=true, train.freeze_layers={self.train.freeze_layers})")
+        return self

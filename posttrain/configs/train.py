@@ -51,6 +51,10 @@ class LoopConfig(StrictModel):
     steps: int = Field(100, ge=1)
     seed: int = 0
     precision: Literal["auto", "bf16", "fp32"] = "auto"
+    freeze_layers: int = Field(0, ge=0)
+    """Train only the top of the network: the token embeddings (and an output head tied to them)
+    and the first N decoder blocks get no gradient and no optimizer state, and backward stops at
+    block N (``models/facts.py: freeze_bottom``). 0 trains every weight."""
     save_every: int = Field(50, ge=0)
     """Checkpoint every N steps (the last step is always saved)."""
     keep_last: int = Field(2, ge=0)

@@ -127,7 +127,7 @@ def rl_overrides(cfg: PipelineConfig, out_dir: Path, model: str, steps: int, env
         "curriculum.kind=random", *batch, "optim.weight_decay=0", "optim.warmup_steps=0",
         "optim.decay_frac=0", f"train.steps={steps}", f"train.seed={cfg.seed}",
         f"train.eval_every={steps}",  # validation at the start and at the end only
-        f"train.save_every={max(1, steps // 2)}", "train.keep_last=1",
+        f"train.save_every={max(2, steps // 2)}", "train.keep_last=1",
     ] + list(cfg.rl_overrides)
 
 
@@ -617,7 +617,7 @@ def run_anchor_control(cfg: PipelineConfig, run_dir: Path, data: dict[str, Any],
     counterpart, because Adam divides each step by the gradient's running scale (a constant factor
     changes nothing but what gradient clipping and Adam's eps see)."""
     out = run_sft(cfg, run_dir, data, model=sft["checkpoint"], steps=cfg.rl_steps, name="anchor_control",
-                  batch_size=cfg.rl_anchor_rows, lr=cfg.rl_lr, constant=True, precision="fp32")
+                  batch_size=cfg.rl_anchor_rows, lr=cfg.rl_lr, constant=True, precision="fp32", freeze_layers=0)
     return {**out, "rows": cfg.rl_anchor_rows, "lr": cfg.rl_lr}
 
 

@@ -116,7 +116,8 @@ def measure(cfg: PipelineConfig, model_spec: str, data: dict[str, Any], sampled:
 
 def run_sft(cfg: PipelineConfig, run_dir: Path, data: dict[str, Any], model: str | None = None,
             steps: int | None = None, name: str = "sft", seed: int | None = None, batch_size: int | None = None,
-            lr: float | None = None, constant: bool = False, precision: str = "auto") -> dict[str, Any]:
+            lr: float | None = None, constant: bool = False, precision: str = "auto",
+            freeze_layers: int | None = None) -> dict[str, Any]:
     """SFT on the generated set (WSD schedule: 10% warmup, 30% decay; ``constant``: neither, and no
     weight decay). The keywords default to the pipeline's SFT stage; the longer-SFT arm continues from
     its checkpoint, the anchor-alone control trains as the RLVR stage's anchor does."""
@@ -131,7 +132,8 @@ def run_sft(cfg: PipelineConfig, run_dir: Path, data: dict[str, Any], model: str
         f"model={model or cfg.model}", f"run_dir={run_dir / name}", f"train.steps={steps}",
         f"train.batch_size={batch_size or cfg.sft_batch_size}", f"optim.lr={lr or cfg.sft_lr}",
         f"train.seed={cfg.seed if seed is None else seed}", f"train.precision={precision}", *schedule,
-        f"train.save_every={max(5, steps // 4)}", "data.max_seq_len=512",
+        f"train.save_every={max(5, steps // 4)}", "data.max_seq_len=512", 
+        f"train.freeze_layers={cfg.sft_freeze_layers if freeze_layers is None else freeze_layers}",
         f"data.train=[{{path: {data['train']}}}]", f"data.validation=[{data['validation']}]",
     ])
     res = train_sft(sft_cfg)

@@ -153,6 +153,7 @@ def setup(cfg: StageConfig, lora: LoRAConfig | None = None, freeze_routers: bool
     import torch
 
     from posttrain.models import moe as moe_lib, threads
+    from posttrain.models.facts import FreezeError, freeze_bottom
     from posttrain.models.loading import load_model
     from posttrain.train.checkpoint import latest_checkpoint, load_trainer_state, set_rng_state
     from posttrain.train.metrics import MetricsLogger, truncate_metrics
@@ -189,6 +190,12 @@ def setup(cfg: StageConfig, lora: LoRAConfig | None = None, freeze_routers: bool
         raise CheckpointError(f"cannot resume from {resume_from} ({_why(e)}): the checkpoint is damaged; delete "
                               f"it (rm -r {resume_from}) to resume from the one before, or use a new run_dir") from None
     model.config.use_cache = False
+    if loop.freeze_layers:
+        if lora_on:
+            raise FreezeError("train.freeze_layers and lora.enabled both choose which weights train: set one")
+        frozen = freeze_bottom(model, loop.freeze_layers)
+        if main:
+            print(f"[{run_dir.name}] frozen: embeddings + blocks 0..{loop.freeze_layers - 1} ({frozen / 1e6:.1f}M weights)")
     routers = moe_lib.freeze_routers(model) if freeze_routers else len(moe_lib.find_routers(model))
     monitor = moe_lib.RouterMonitor(model).__enter__() if routers else None
     decision = decide_precision(loop.precision, str(device), numerics)  # type: ignore[arg-type]

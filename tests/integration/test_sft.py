@@ -88,3 +88,33 @@ def test_kill9_and_resume_gives_identical_weights(data_file, tmp_path, lora, pre
     assert a.keys() == b.keys()
     for k in a:
         assert torch.equal(a[k], b[k]), k
+
+
+def test_freeze_layers_trains_only_the_top(data_file, tmp_path):
+    """train.freeze_layers=1 on tiny-llama (2 blocks): the embeddings (tied to the output head) and
+    block 0 come out of SFT bit-identical, block 1 moved; the checkpoint still loads as it is."""
+    from transformers import AutoModelForCausalLM
+
+    from posttrain.models.tiny import tiny_dir
+
+    res = train_sft(_cfg("tiny-llama", data_file, tmp_path / "run", **{"train.freeze_layers": "1"}), progress=False)
+    before = AutoModelForCausalLM.from_pretrained(tiny_dir("tiny-llama")).state_dict()
+    after = AutoModelForCausalLM.from_pretrained(res.checkpoint).state_dict()
+    frozen = [k for k in before if k.startswith(("model.embed_tokens", "model.layers.0.", "lm_head"))]
+    trained = [k for k in before if k.startswith("model.layers.1.") and k.endswith("proj.weight")]
+    assert frozen and trained
+    assert all(torch.equal(before[k], after[k]) for k in frozen)
+    assert all(not torch.equal(before[k], after[k]) for k in trained)
+    assert res.val_loss_after < res.val_loss_before
+
+
+def test_freeze_layers_beyond_the_model_is_one_line(data_file, tmp_path):
+    from posttrain.models.facts import FreezeError
+
+    with pytest.raises(FreezeError, match="freeze_layers=5 but the model has 2 decoder blocks"):
+        train_sft(_cfg("tiny-llama", data_file, tmp_path / "run", **{"train.freeze_layers": "5"}), progress=False)
+
+
+def test_freeze_layers_with_lora_is_refused_before_any_work(data_file, tmp_path):
+    with pytest.raises(Exception, match="both choose which weights train"):
+        _cfg("tiny-llama", data_file, tmp_path / "run", **{"train.freeze_layers": "1", "lora.enabled": "true"})
