@@ -112,7 +112,10 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="run fresh `posttrain pipeline --quick` runs")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--run-dir", action="append", default=[], help="record a finished run (repeatable)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads of the runs (the CPU is shared)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads of the runs (sets OMP_NUM_THREADS, which also makes the runs' threads wait "
+                        "PASSIVE); default: none set, the newcomer's command as it is (one thread per idle core, "
+                        "models/threads.py)")
     p.add_argument("--no-save", action="store_true", help="print only, append no row")
     p.add_argument("overrides", nargs="*", help="extra PipelineConfig overrides for the --quick runs")
     args = p.parse_args()
@@ -125,7 +128,9 @@ def main() -> None:
             d = ROOT / "runs" / f"pipeline-quick-s{seed}"
             cmd = [sys.executable, "-m", "posttrain.cli", "pipeline", "--quick", "--fresh", f"seed={seed}",
                    f"run_dir={d}", *args.overrides]
-            env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(args.threads)}
+            env = {**os.environ, "PYTHONPATH": str(ROOT)}
+            if args.threads is not None:  # else whatever the CLI picks, as a newcomer's run would
+                env["OMP_NUM_THREADS"] = str(args.threads)
             t = time.time()
             print("$ " + " ".join(cmd[1:]), flush=True)
             subprocess.run(cmd, check=True, env=env, cwd=ROOT)
@@ -137,7 +142,7 @@ def main() -> None:
         run_kind, differs = kind(d)
         row = {"bench": "pipeline", "kind": run_kind, "differs": differs,
                "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "commit": commit(), "cpus": os.cpu_count(), "cpu": cpu_facts(),
-               "threads": args.threads, "loadavg_end": [round(x, 2) for x in os.getloadavg()],
+               "threads": args.threads if args.threads is not None else "cli-default", "loadavg_end": [round(x, 2) for x in os.getloadavg()],
                "python": platform.python_version(), **summarize(d)}
         if not args.no_save:
             append_row(RESULTS, row)

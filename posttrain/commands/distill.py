@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from posttrain.commands.recipe_args import add_recipe_arguments
 
@@ -13,11 +14,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from posttrain.configs import load_config
+    from posttrain.train import run_lock
     from posttrain.configs.distill import DistillConfig
     from posttrain.distill.stage import train_distill
 
     cfg = load_config(DistillConfig, args.config, args.overrides)
-    res = train_distill(cfg, progress=not args.no_progress)
+    with run_lock.hold(Path(cfg.run_dir), "posttrain distill"):  # one process per run directory
+        res = train_distill(cfg, progress=not args.no_progress)
     last, nan = res.last, float("nan")
     print(f"[distill] {res.steps} steps in {res.seconds:.0f}s; last batch reward {last.get('reward', nan):.3f}, "
           f"reverse-KL estimate to the teachers {last.get('mopd_gap', nan):.4f} nats/token")

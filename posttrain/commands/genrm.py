@@ -5,6 +5,7 @@ pairs mined from a model's own samples on verifiable environments (``envs/genrm/
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from posttrain.commands.recipe_args import add_recipe_arguments
 from posttrain.errors import UserError
@@ -88,6 +89,7 @@ def evaluate(args: argparse.Namespace, cfg: object) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from posttrain.configs import load_config
+    from posttrain.train import run_lock
     from posttrain.configs.rlhf import GenRMConfig
     from posttrain.train.rlhf import train_genrm
 
@@ -98,7 +100,8 @@ def run(args: argparse.Namespace) -> int:
         return evaluate(args, cfg)
     if args.warmstart:
         return warmstart(args, cfg)
-    res = train_genrm(cfg, progress=not args.no_progress)
+    with run_lock.hold(Path(cfg.run_dir), "posttrain genrm"):  # one process per run directory
+        res = train_genrm(cfg, progress=not args.no_progress)
     last, nan = res.last, float("nan")
     print(f"[genrm] {res.steps} steps in {res.seconds:.0f}s; last batch reward {last.get('reward', nan):.3f} "
           "(1 = every judgement exact, 0 = format error)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from posttrain.commands.recipe_args import add_recipe_arguments
 
@@ -13,11 +14,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from posttrain.configs import load_config
+    from posttrain.train import run_lock
     from posttrain.configs.rl import RLConfig
     from posttrain.scale.controller import run_rl
 
     cfg = load_config(RLConfig, args.config, args.overrides)
-    res = run_rl(cfg, progress=not args.no_progress)  # in process, or on Ray (scale.backend)
+    with run_lock.hold(Path(cfg.run_dir), "posttrain rl"):  # one process per run directory
+        res = run_rl(cfg, progress=not args.no_progress)  # in process, or on Ray (scale.backend)
     print(f"[rl] {res.steps} steps in {res.seconds:.0f}s; last batch reward {res.last.get('reward', float('nan')):.3f}")
     if res.best_step is not None:
         print(f"[rl] best validation reward {res.best_val_reward:.3f} at step {res.best_step}: {res.run_dir / 'best'}")

@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -521,10 +520,8 @@ def resume_command(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    import sys
-
     from posttrain.configs import load_config
-    from posttrain.experiments import stages
+    from posttrain.train import run_lock
 
     overrides = ([f"{k}={v}" for k, v in QUICK.items()] if args.quick else []) + list(args.overrides)
     for flag, field in (("curation", "curation=true"), ("distill", "distill=true"), ("no_rlvr", "rlvr=false"),
@@ -532,11 +529,18 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, flag, False):
             overrides.append(field)
     cfg = load_config(PipelineConfig, args.config, overrides)
-    run_dir = Path(cfg.run_dir)
-    if args.fresh and run_dir.exists():
-        shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    print(f"[pipeline] run directory: {run_dir} (re-run the same command to resume)")
+    with run_lock.hold(Path(cfg.run_dir), "posttrain pipeline") as run_dir:
+        if args.fresh:
+            run_lock.clear(run_dir)
+        print(f"[pipeline] run directory: {run_dir} (re-run the same command to resume)")
+        return _run_or_say_where(cfg, run_dir, args)
+
+
+def _run_or_say_where(cfg: PipelineConfig, run_dir: Path, args: argparse.Namespace) -> int:
+    import sys
+
+    from posttrain.experiments import stages
+
     stages.RUNNING.clear()
     try:
         return _run(cfg, run_dir, resume_command(args))
