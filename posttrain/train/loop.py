@@ -153,9 +153,8 @@ def setup(cfg: StageConfig, lora: LoRAConfig | None = None, freeze_routers: bool
     import torch
 
     from posttrain.models import moe as moe_lib, threads
-    from posttrain.models.facts import FreezeError, freeze_bottom
-    from posttrain.models.loading import load_model
-    from posttrain.train.checkpoint import latest_checkpoint, load_trainer_state, set_rng_state
+    from posttrain.models.facts import freeze_bottom
+    from posttrain.train.checkpoint import latest_checkpoint, set_rng_state
     from posttrain.train.metrics import MetricsLogger, truncate_metrics
     from posttrain.models.precision import attention_for
     from posttrain.train import sharding
@@ -173,29 +172,10 @@ def setup(cfg: StageConfig, lora: LoRAConfig | None = None, freeze_routers: bool
                           "writable directory") from None
     torch.manual_seed(loop.seed)
     resume_from = latest_checkpoint(run_dir)
-    loaded = load_model(cfg.model, seed=loop.seed)
-    model, tok, device = loaded.model, loaded.tokenizer, loaded.device
-    lora_on = lora is not None and lora.enabled
-    try:
-        if resume_from is not None and not lora_on:
-            from transformers import AutoModelForCausalLM
-
-            model = AutoModelForCausalLM.from_pretrained(resume_from, dtype=model.dtype).to(device)
-        if lora_on:
-            model = _apply_lora(model, lora, resume_from)  # type: ignore[arg-type]
-        state = load_trainer_state(resume_from) if resume_from is not None and main else {}
-    except Exception as e:  # safetensors / torch.load / config errors of a damaged checkpoint
-        if resume_from is None:
-            raise
-        raise CheckpointError(f"cannot resume from {resume_from} ({_why(e)}): the checkpoint is damaged; delete "
-                              f"it (rm -r {resume_from}) to resume from the one before, or use a new run_dir") from None
+    model, tok, device, state = _load(cfg.model, loop.seed, lora, resume_from, main)
     model.config.use_cache = False
-    if loop.freeze_layers:
-        if lora_on:
-            raise FreezeError("train.freeze_layers and lora.enabled both choose which weights train: set one")
-        frozen = freeze_bottom(model, loop.freeze_layers)
-        if main:
-            print(f"[{run_dir.name}] frozen: embeddings + blocks 0..{loop.freeze_layers - 1} ({frozen / 1e6:.1f}M weights)")
+    if (frozen := freeze_bottom(model, loop.freeze_layers)) and main:  # with LoRA: refused by the config
+        print(f"[{run_dir.name}] frozen: embeddings + blocks 0..{loop.freeze_layers - 1} ({frozen / 1e6:.1f}M weights)")
     routers = moe_lib.freeze_routers(model) if freeze_routers else len(moe_lib.find_routers(model))
     monitor = moe_lib.RouterMonitor(model).__enter__() if routers else None
     decision = decide_precision(loop.precision, str(device), numerics)  # type: ignore[arg-type]
@@ -224,6 +204,32 @@ def setup(cfg: StageConfig, lora: LoRAConfig | None = None, freeze_routers: bool
         log = MetricsLogger(run_dir, loop.tensorboard, loop.wandb_project, cfg.model_dump(mode="json"))  # type: ignore[attr-defined]
     return Trainer(cfg, model, tok, device, opt, params, lambda: autocast(precision, device), monitor, log,
                    start, resume_from, state, decision, ranks)
+
+
+def _load(spec: str, seed: int, lora: LoRAConfig | None, resume_from: Path | None, main: bool
+          ) -> tuple[Any, Any, Any, dict[str, Any]]:
+    """(model, tokenizer, device, trainer state): ``spec`` loaded, or the checkpoint ``resume_from``
+    (with its trainer state on the main rank); a LoRA adapter applied (and restored) when enabled."""
+    from posttrain.models.loading import load_model
+    from posttrain.train.checkpoint import load_trainer_state
+
+    loaded = load_model(spec, seed=seed)
+    model, tok, device = loaded.model, loaded.tokenizer, loaded.device
+    lora_on = lora is not None and lora.enabled
+    try:
+        if resume_from is not None and not lora_on:
+            from transformers import AutoModelForCausalLM
+
+            model = AutoModelForCausalLM.from_pretrained(resume_from, dtype=model.dtype).to(device)
+        if lora_on:
+            model = _apply_lora(model, lora, resume_from)  # type: ignore[arg-type]
+        state = load_trainer_state(resume_from) if resume_from is not None and main else {}
+    except Exception as e:  # safetensors / torch.load / config errors of a damaged checkpoint
+        if resume_from is None:
+            raise
+        raise CheckpointError(f"cannot resume from {resume_from} ({_why(e)}): the checkpoint is damaged; delete "
+                              f"it (rm -r {resume_from}) to resume from the one before, or use a new run_dir") from None
+    return model, tok, device, state
 
 
 def _make_optimizer(optim: Any, params: list[Any], device: Any) -> tuple[Any, bool | None]:

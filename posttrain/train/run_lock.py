@@ -32,8 +32,14 @@ class RunDirBusy(UserError):
 def hold(run_dir: Path, what: str) -> Iterator[Path]:
     """Hold ``run_dir`` (created if missing) for this process until the block ends; a directory
     another process holds raises :class:`RunDirBusy` naming that process."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(run_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    from posttrain.train.loop import RunDirError  # the trainer's own one-line error for this
+
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(run_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise RunDirError(f"cannot write the run directory {run_dir} ({e.strerror}): set run_dir= to a "
+                          "writable directory") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
