@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -39,13 +40,22 @@ def machine(load_before: float, load_after: float, **extra: Any) -> dict[str, An
 def cpu_facts(cpuinfo: str = "/proc/cpuinfo") -> dict[str, Any]:
     """The CPU's model and the vector extensions that decide a run's speed (models/precision.py's
     ``VECTOR_FLAGS``): a wall time or a GFLOP/s means nothing without them; and whether MKL's vendor
-    check was lifted on an AMD CPU (models/blas.py: 1.3-2.5x on fp32 matmuls there)."""
+    check was lifted on an AMD CPU (models/blas.py: 1.3-2.5x on fp32 matmuls there); and the CPU family and
+    model numbers, because a masked model name ("AMD EPYC") hides whether it is Zen 4 (family 25) or Zen 5
+    (family 26), whose fp32 matmuls differ 2.3x here."""
     from posttrain.models import blas
     from posttrain.models.cpuinfo import cpu_info
     from posttrain.models.precision import VECTOR_FLAGS
 
     model, flags = cpu_info(cpuinfo)
-    return {"model": model, "vector": [f for f in VECTOR_FLAGS if f in flags], "mkl_amd": blas.STATE}
+    facts = {"model": model, "vector": [f for f in VECTOR_FLAGS if f in flags], "mkl_amd": blas.STATE}
+    try:
+        numbers = dict(re.findall(r"^(cpu family|model)\s*:\s*(\d+)\s*$", Path(cpuinfo).read_text(), re.M))
+    except OSError:
+        numbers = {}
+    if numbers:
+        facts["family"] = f"{numbers.get('cpu family', '?')}/{numbers.get('model', '?')}"
+    return facts
 
 
 def mean_se(xs: list[float]) -> tuple[float, float]:

@@ -32,14 +32,14 @@ def test_the_row_names_the_cpu_class_that_decides_its_wall_time(tmp_path):
     avx2 = tmp_path / "avx2"
     avx2.write_text("processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 avx avx2 fma\n")
     bf16 = tmp_path / "bf16"
-    bf16.write_text("model name\t: AMD EPYC 9R14\nflags\t\t: avx2 avx512f avx512_bf16 fma\n")
+    bf16.write_text("cpu family\t: 26\nmodel\t\t: 2\nmodel name\t: AMD EPYC 9R14\nflags\t\t: avx2 avx512f avx512_bf16 fma\n")
     from posttrain.models import blas
 
     with script_module("bench", "results_row") as bench:  # every bench's machine(), the pipeline rows' cpu
         # and whether MKL ran its tuned kernels on an AMD CPU (models/blas.py): the other thing that sets fp32 speed
         assert bench.cpu_facts(str(avx2)) == {"model": "AMD EPYC", "vector": ["avx2"], "mkl_amd": blas.STATE}
         assert bench.cpu_facts(str(bf16)) == {"model": "AMD EPYC 9R14", "vector": ["avx2", "avx512f", "avx512_bf16"],
-                                              "mkl_amd": blas.STATE}
+                                              "mkl_amd": blas.STATE, "family": "26/2"}
         assert bench.cpu_facts(str(tmp_path / "missing"))["vector"] == []
 
 
