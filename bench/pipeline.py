@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from results_row import append_row, commit, cpu_facts  # noqa: E402
+from results_row import append_row, commit, cpu_facts, speed_env  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "pipeline.jsonl"
 
@@ -142,7 +142,8 @@ def main() -> None:
         run_kind, differs = kind(d)
         row = {"bench": "pipeline", "kind": run_kind, "differs": differs,
                "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "commit": commit(), "cpus": os.cpu_count(), "cpu": cpu_facts(),
-               "threads": args.threads if args.threads is not None else "cli-default", "loadavg_end": [round(x, 2) for x in os.getloadavg()],
+               "threads": args.threads if args.threads is not None else "cli-default", "env": speed_env(),
+               "loadavg_end": [round(x, 2) for x in os.getloadavg()],
                "python": platform.python_version(), **summarize(d)}
         if not args.no_save:
             append_row(RESULTS, row)

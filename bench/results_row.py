@@ -58,6 +58,17 @@ def cpu_facts(cpuinfo: str = "/proc/cpuinfo") -> dict[str, Any]:
     return facts
 
 
+SPEED_ENV = ("POSTTRAIN_", "MKL_", "ONEDNN_", "DNNL_", "OMP_", "KMP_", "GOMP_")
+
+
+def speed_env(environ: Any = None) -> dict[str, str]:
+    """The environment settings that change a run's speed or its floats (an injected precision probe,
+    MKL's or oneDNN's instruction cap, OpenMP's threads and wait policy): a row measured under any of
+    them is not the plain command's figure, and says so."""
+    environ = os.environ if environ is None else environ
+    return {k: v for k, v in sorted(environ.items()) if k.startswith(SPEED_ENV) and k != "POSTTRAIN_CACHE"}
+
+
 def mean_se(xs: list[float]) -> tuple[float, float]:
     """Mean and standard error of repeated measurements (nan se for a single one)."""
     import statistics

@@ -60,3 +60,13 @@ def test_the_row_carries_the_curation_section_with_its_paired_gains(tmp_path):
         assert (vs_unfiltered["gain"], vs_unfiltered["se"]) == (0.25, 0.25)
         assert (vs_base["gained"], vs_base["lost"]) == (2, 0)
         assert bench.sections(tmp_path / "none") == {}
+
+
+def test_the_row_names_the_environment_that_changed_its_speed_or_floats():
+    environ = {"PATH": "/bin", "HOME": "/root", "POSTTRAIN_CACHE": "/c", "POSTTRAIN_PRECISION_PROBE": "fp32=1,bf16=0",
+               "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2", "OMP_WAIT_POLICY": "PASSIVE"}
+    with script_module("bench", "results_row") as bench:
+        # where the cache lives changes nothing measured; the others change the kernels, the precision or the threads
+        assert bench.speed_env(environ) == {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "OMP_WAIT_POLICY": "PASSIVE",
+                                            "ONEDNN_MAX_CPU_ISA": "AVX2", "POSTTRAIN_PRECISION_PROBE": "fp32=1,bf16=0"}
+        assert bench.speed_env({"PATH": "/bin"}) == {}
