@@ -117,7 +117,8 @@ def main() -> None:
                         "PASSIVE); default: none set, the newcomer's command as it is (one thread per idle core, "
                         "models/threads.py)")
     p.add_argument("--no-save", action="store_true", help="print only, append no row")
-    p.add_argument("overrides", nargs="*", help="extra PipelineConfig overrides for the --quick runs")
+    p.add_argument("overrides", nargs="*", help="extra PipelineConfig overrides for the --quick runs, e.g. sft_freeze_layers=0; "
+                                                "give them before --seeds, which takes every word after it")
     args = p.parse_args()
     if not args.quick and not args.run_dir:
         p.error("give --quick (run) or --run-dir (record)")
