@@ -606,11 +606,19 @@ def run_sft_arm(cfg: PipelineConfig, run_dir: Path, data: dict[str, Any], sft: d
     shared one a wall-clock budget would count the other jobs' time — and hand the arm steps the RL
     stage never had. A new data order (seed + 1) and a new warmup-stable-decay cycle at the SFT
     learning rate."""
-    clock = "cpu_seconds" if sft.get("cpu_seconds") and rl.get("cpu_seconds") else "seconds"
-    pace = sft[clock] / sft["steps"]
-    steps = max(1, round(rl[clock] / pace))
+    clock, pace, steps = arm_budget(sft, rl)
     out = run_sft(cfg, run_dir, data, model=sft["checkpoint"], steps=steps, name="sft_arm", seed=cfg.seed + 1)
-    return {**out, "budget_clock": clock, "target_seconds": rl[clock], "sft_seconds_per_step": round(pace, 2)}
+    return {**out, "budget_clock": clock, "target_seconds": rl[clock], "sft_seconds_per_step": round(pace, 3)}
+
+
+def arm_budget(sft: dict[str, Any], rl: dict[str, Any]) -> tuple[str, float, int]:
+    """(clock, SFT seconds per step, arm steps) for the longer-SFT arm: the RL stage's time over the SFT
+    stage's pace, on CPU time when both stages recorded some. A stage faster than the clock's
+    resolution (a tiny model's two steps on a fast CPU record 0.0 s) counts as 1 ms a step rather
+    than dividing by zero."""
+    clock = "cpu_seconds" if sft.get("cpu_seconds") and rl.get("cpu_seconds") else "seconds"
+    pace = max(sft[clock] / sft["steps"], 1e-3)
+    return clock, pace, max(1, round(rl[clock] / pace))
 
 
 def run_anchor_control(cfg: PipelineConfig, run_dir: Path, data: dict[str, Any], sft: dict[str, Any]) -> dict[str, Any]:

@@ -34,8 +34,8 @@ def cached_stage(run_dir: Path, name: str, fn: Any) -> dict[str, Any]:
     RUNNING.append(name)
     t, cpu, load = time.time(), cpu_seconds(), os.getloadavg()[0]
     out = fn()
-    out["seconds"] = round(time.time() - t, 1)
-    out["cpu_seconds"] = round(cpu_seconds() - cpu, 1)
+    out["seconds"] = round(time.time() - t, 3)  # ms: a tiny model's stage can take under 0.05 s
+    out["cpu_seconds"] = round(cpu_seconds() - cpu, 3)
     out["load_avg"] = [round(load, 2), round(os.getloadavg()[0], 2)]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=2))

@@ -80,7 +80,7 @@ def test_pipeline_with_rlvr_and_distill_reports_resumes_and_writes_loadable_chec
     sft_stage = json.loads((run_dir / "stages" / "sft.json").read_text())
     clock = arm["budget_clock"]  # CPU time when both stages recorded it: a shared machine's wall time is not the stage's
     assert clock == "cpu_seconds" and arm["model"] == sft_stage["checkpoint"] and arm["target_seconds"] == rl[clock]
-    assert arm["steps"] == max(1, round(rl[clock] / (sft_stage[clock] / sft_stage["steps"])))
+    assert (clock, arm["steps"]) == pipeline.arm_budget(sft_stage, rl)[::2]
     assert rep["after_sft_arm"]["model"] == arm["checkpoint"]
     # ... and scored on the RL stage's own validation tasks, paired with the RL checkpoint's records
     arm_val = arm["rl_validation"]
