@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 from typing import Any
 
@@ -44,17 +43,14 @@ def cpu_facts(cpuinfo: str = "/proc/cpuinfo") -> dict[str, Any]:
     model numbers, because a masked model name ("AMD EPYC") hides whether it is Zen 4 (family 25) or Zen 5
     (family 26), whose fp32 matmuls differ 2.3x here."""
     from posttrain.models import blas
-    from posttrain.models.cpuinfo import cpu_info
+    from posttrain.models.cpuinfo import cpu_fields, cpu_info
     from posttrain.models.precision import VECTOR_FLAGS
 
     model, flags = cpu_info(cpuinfo)
     facts = {"model": model, "vector": [f for f in VECTOR_FLAGS if f in flags], "mkl_amd": blas.STATE}
-    try:
-        numbers = dict(re.findall(r"^(cpu family|model)\s*:\s*(\d+)\s*$", Path(cpuinfo).read_text(), re.M))
-    except OSError:
-        numbers = {}
-    if numbers:
-        facts["family"] = f"{numbers.get('cpu family', '?')}/{numbers.get('model', '?')}"
+    fields = cpu_fields(cpuinfo)
+    if "cpu family" in fields:
+        facts["family"] = f"{fields['cpu family']}/{fields.get('model', '?')}"
     return facts
 
 
