@@ -91,7 +91,7 @@ sft_step_s = (time.perf_counter() - t0) / 3
 # greedy decoding as the pipeline measures: 32 problems, every row to 40 tokens
 gen = HFGenerator(t.model, t.tokenizer, batch_size=32)
 gen.stop_ids = frozenset({-1})
-tasks = arithmetic_tasks(32, 2, "validation", max_digits=2)
+tasks = arithmetic_tasks(32, 2, "dev", max_digits=2)
 t0 = time.perf_counter()
 gen.generate([x.messages for x in tasks], SamplingParams(max_new_tokens=40, temperature=0.0))
 print(json.dumps({"sft_step_s": sft_step_s, "decode_s": time.perf_counter() - t0, "precision": t.precision.precision,

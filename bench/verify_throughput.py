@@ -205,7 +205,7 @@ class CodeEnvVerify(Case):
         from posttrain.envs.code_env import CodeEnv, lookup_table_solution
 
         self.env = CodeEnv(sandbox=pooled_sandbox(ctx))
-        self.tasks = self.env.tasks("validation", n=40)
+        self.tasks = self.env.tasks("dev", n=40)
         self.answers = [[{"role": "assistant",
                           "content": f"```python\n{lookup_table_solution(t)}```"}]
                         for t in self.tasks]
@@ -263,7 +263,7 @@ class EnvVerify(Case):
         from posttrain.envs.base import make_env
 
         self.env = make_env(self.env_name)
-        self.tasks = self.env.tasks("validation", n=self.n_tasks, seed=0)
+        self.tasks = self.env.tasks("dev", n=self.n_tasks, seed=0)
         self.answers = [_reference_transcript(self.env_name, self.env, t) for t in self.tasks]
         self.pool = ctx.get("threads", lambda: _Threads(ctx.workers))
         first = self.env.verify(self.tasks[0], self.answers[0])

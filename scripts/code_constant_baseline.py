@@ -26,7 +26,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--n", type=int, default=40)
     args = p.parse_args()
-    tasks = CodeEnv().tasks("validation", n=args.n)
+    tasks = CodeEnv().tasks("dev", n=args.n)
     for reward in ("all", "fraction"):
         const = sum(best_constant_reward(t.ground_truth["expected"], reward) for t in tasks) / len(tasks)
         ex = sum(examples_then_constant(t.ground_truth["expected"], t.ground_truth["shown"], reward)

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import argparse
 
+from posttrain.envs.splits import SPLITS
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="embedded", help="the model whose samples are mined (e.g. an SFT checkpoint)")
     p.add_argument("--out", required=True, help="pairs JSONL to write")
     p.add_argument("--envs", default="math,mcq", help="comma-separated environments whose tasks need no tool")
-    p.add_argument("--split", default="train", choices=["train", "validation"])
+    p.add_argument("--split", default="train", choices=SPLITS)
     p.add_argument("--n", type=int, default=64, help="prompts per environment")
     p.add_argument("--k", type=int, default=8, help="samples per prompt")
     p.add_argument("--tools", default="both", choices=["none", "unfitting", "both"],

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+
+from posttrain.envs.splits import SPLITS
 import json
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", nargs="?", help="environment to show samples of (omit to list all)")
     p.add_argument("--n", type=int, default=3, help="number of sample tasks")
-    p.add_argument("--split", choices=["train", "validation"], default="validation")
+    p.add_argument("--split", choices=SPLITS, default="dev")
     p.add_argument("--seed", type=int, default=0)
 
 

@@ -75,7 +75,7 @@ def evaluate(args: argparse.Namespace, cfg: object) -> int:
                         "samples >= 1, temperature >= 0, and a temperature > 0 for several samples")
     gen = make_generator(None, args.eval) if args.eval.startswith(("http://", "https://")) else make_generator(args.eval)
     out = Path(args.out) if args.out else None
-    figures = genrm_agreement(gen, build_envs([spec])["genrm"], "validation", spec.val_tasks or None,
+    figures = genrm_agreement(gen, build_envs([spec])["genrm"], "test", spec.val_tasks or None,
                               cfg.rollout.max_new_tokens, cfg.rollout.reasoning,  # type: ignore[attr-defined]
                               out.with_suffix(".replies.jsonl") if out else None,
                               args.eval_temperature, args.eval_samples, cfg.train.seed)  # type: ignore[attr-defined]

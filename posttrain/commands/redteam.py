@@ -18,6 +18,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from posttrain.envs.splits import SPLITS
+
 # Environments whose reward asks an LLM judge; without --judge they get one that approves
 # everything, so the cases test what the program itself checks.
 JUDGED = ("instruction_multiturn",)
@@ -26,7 +28,7 @@ JUDGED = ("instruction_multiturn",)
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("env", help="environment name (see `posttrain envs`)")
     p.add_argument("--n", type=int, default=6, help="tasks per case (default 6)")
-    p.add_argument("--split", choices=["train", "validation"], default="validation")
+    p.add_argument("--split", choices=SPLITS, default="dev")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--arg", action="append", default=[], metavar="KEY=VALUE",
                    help="environment constructor argument (value parsed as JSON if it can be), "

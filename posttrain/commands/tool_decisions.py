@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import argparse
 
+from posttrain.envs.splits import SPLITS
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="embedded", help="model spec or checkpoint directory")
     p.add_argument("--out", required=True, help="per-point JSONL to write (the rows of posttrain validate, plus the reply)")
-    p.add_argument("--split", default="validation", choices=["train", "validation"])
+    p.add_argument("--split", default="test", choices=SPLITS)
     p.add_argument("--n", type=int, default=12, help="banking tasks whose expert episodes give the points")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-new-tokens", type=int, default=96)

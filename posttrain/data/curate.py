@@ -66,6 +66,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from posttrain.data.dedup import DedupConfig
 from posttrain.data.filters import FiltersConfig
 from posttrain.errors import UserError
+from posttrain.envs.splits import SPLITS
 
 if TYPE_CHECKING:
     from posttrain.envs.base import Environment, Task, VerifyResult
@@ -831,7 +832,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--env", help="take the prompts from this environment's tasks (it also verifies them)")
     src.add_argument("--prompts", help="JSONL of prompts {id, messages, tools?, ground_truth?, env?}")
-    p.add_argument("--split", default="train", choices=["train", "validation"], help="environment split (default: train)")
+    p.add_argument("--split", default="train", choices=SPLITS, help="environment split (default: train)")
     p.add_argument("--limit", type=int, default=None, help="number of environment tasks (default: the environment's)")
     p.add_argument("--teacher", action="append", required=True, metavar="[NAME=]SPEC",
                    help="a teacher: a model spec (embedded, a checkpoint dir) or http://host:port/v1[#model]; repeat for a pool")

@@ -14,9 +14,10 @@ validation split iff a hash of its text falls in the validation bucket.
 from __future__ import annotations
 
 import argparse
-from typing import Any, Iterator, Literal
+from typing import Any, Iterator
 
-from posttrain.envs.arithmetic import PROMPT, Op, Problem, is_validation, problem_task, sample_problems  # noqa: F401
+from posttrain.envs.arithmetic import PROMPT, Op, Problem, problem_task, sample_problems  # noqa: F401
+from posttrain.envs.splits import SPLITS, Split
 
 
 def _digits(n: int) -> list[int]:
@@ -65,12 +66,12 @@ def to_row(p: Problem) -> dict[str, Any]:
     }
 
 
-def arithmetic_rows(n: int, seed: int = 0, split: Literal["train", "validation"] = "train", **kw: Any) -> Iterator[dict[str, Any]]:
+def arithmetic_rows(n: int, seed: int = 0, split: Split = "train", **kw: Any) -> Iterator[dict[str, Any]]:
     for p in sample_problems(n, seed, split, **kw):
         yield to_row(p)
 
 
-def arithmetic_tasks(n: int, seed: int = 0, split: Literal["train", "validation"] = "validation", **kw: Any) -> list[Any]:
+def arithmetic_tasks(n: int, seed: int = 0, split: Split = "test", **kw: Any) -> list[Any]:
     """The same problems as environment ``Task``s (the ``arithmetic`` environment's), graded by the
     math environment's verifier."""
     return [problem_task(p) for p in sample_problems(n, seed, split, **kw)]
@@ -78,7 +79,7 @@ def arithmetic_tasks(n: int, seed: int = 0, split: Literal["train", "validation"
 
 # --------------------------------------------------------------------------- CLI
 
-def _banking_rows(n: int, seed: int, split: Literal["train", "validation"], **_: Any) -> Iterator[dict[str, Any]]:
+def _banking_rows(n: int, seed: int, split: Split, **_: Any) -> Iterator[dict[str, Any]]:
     from posttrain.data.tool_demos import banking_rows  # tool-use SFT rows (the banking expert, verified)
 
     return banking_rows(n, seed, split)
@@ -93,7 +94,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "environment's scripted expert, whole verified tool-use episodes (data/tool_demos.py)")
     p.add_argument("--n", type=int, default=2000, help="number of rows")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--split", choices=["train", "validation"], default="train")
+    p.add_argument("--split", choices=SPLITS, default="train", help="train, dev (choose settings) or test (report)")
     p.add_argument("--max-digits", type=int, default=2, help="arithmetic: largest operand size in digits")
     p.add_argument("--out", required=True, help="output JSONL path")
 

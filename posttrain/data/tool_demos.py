@@ -21,10 +21,12 @@ expert episode about 1.9–2.1K tokens.
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Literal
+from typing import Any, Iterator
+
+from posttrain.envs.splits import Split
 
 
-def banking_rows(n: int, seed: int = 0, split: Literal["train", "validation"] = "train") -> Iterator[dict[str, Any]]:
+def banking_rows(n: int, seed: int = 0, split: Split = "train") -> Iterator[dict[str, Any]]:
     """``n`` verified expert conversations on the banking split's tasks (order shuffled by ``seed``)."""
     from posttrain.envs.banking.env import BankingEnv
     from posttrain.envs.banking.expert import verified_conversation

@@ -1,10 +1,10 @@
 """``arithmetic``: the pipeline's own problems (+, −, × of 1–3 digit numbers) as an RL environment.
 
-The problems, their wording and the train/validation split are the ones ``posttrain make-data
+The problems, their wording and the train/dev/test split are the ones ``posttrain make-data
 arithmetic`` writes SFT rows for (data/synthetic.py builds its rows and traces on this module), so an
-RL stage can train on exactly the distribution the pipeline's held-out accuracy measures. A problem
-belongs to the validation split iff a hash of its text falls in the validation bucket, so no seed
-or size can leak a held-out problem into training. Grading is the math environment's verifier
+RL stage can train on exactly the distribution the pipeline's held-out accuracy measures. A problem's
+split is a hash of its bare form (``splits.split_of``), so no seed, size or wording can leak a dev or
+test problem into training. Grading is the math environment's verifier
 (``Answer: N`` extraction, exact integer match).
 """
 
@@ -17,6 +17,7 @@ from typing import Literal
 
 from posttrain.envs.base import ENVIRONMENTS, Environment, Message, Split, Task, VerifyResult
 from posttrain.envs.math_env import MathEnv
+from posttrain.envs.splits import check_split, split_of
 
 Op = Literal["+", "-", "*"]
 INSTRUCTION = " Think step by step, then give the result as 'Answer: <number>'."
@@ -61,20 +62,22 @@ class Problem:
 
 
 def _hash(p: Problem, salt: str = "") -> int:
-    """A stable hash of the problem (no salt: the split's; a salt: an independent choice such as the wording)."""
+    """A stable hash of the problem for a choice independent of its split (``salt``: the wording, its kind)."""
     key = f"{salt}|{p.a}{p.op}{p.b}" if salt else f"{p.a}{p.op}{p.b}"
     return int(hashlib.sha1(key.encode()).hexdigest()[:8], 16)
 
 
-def is_validation(p: Problem, val_buckets: int = 10) -> bool:
-    return _hash(p) % val_buckets == 0
+def split_of_problem(p: Problem) -> Split:
+    """The problem's split: ``splits.split_of`` of its bare form ("12+7"), whatever its wording."""
+    return split_of(f"{p.a}{p.op}{p.b}")
 
 
-def sample_problems(n: int, seed: int, split: Literal["train", "validation"], ops: tuple[Op, ...] = ("+", "-", "*"),
+def sample_problems(n: int, seed: int, split: Split, ops: tuple[Op, ...] = ("+", "-", "*"),
                     max_digits: int = 2, min_digits: int = 1) -> list[Problem]:
     """``n`` distinct problems of the split. Digits are drawn uniformly in 1..max_digits; problems
     whose longer operand has fewer than ``min_digits`` digits are skipped (min_digits=1 skips none,
     so the default draws exactly the problems it always has)."""
+    check_split(split)
     rng = random.Random(seed)
     out: list[Problem] = []
     seen: set[Problem] = set()
@@ -86,14 +89,14 @@ def sample_problems(n: int, seed: int, split: Literal["train", "validation"], op
         hi = 10**d - 1
         a, b = rng.randint(0, hi), rng.randint(0, hi if op != "*" else min(hi, 99))
         p = Problem(a, b, op)
-        if p in seen or is_validation(p) != (split == "validation") or p.digits < min_digits:
+        if p in seen or split_of_problem(p) != split or p.digits < min_digits:
             continue
         seen.add(p)
         out.append(p)
     return out
 
 
-DEFAULT_N = {"train": 2000, "validation": 200}
+DEFAULT_N = {"train": 2000, "dev": 200, "test": 200}
 
 
 def phrase(p: Problem, phrasings: tuple[Phrasing, ...]) -> tuple[Phrasing, str]:

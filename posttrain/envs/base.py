@@ -15,18 +15,19 @@ An environment knows its tasks and how to verify a rollout; it never knows the t
   ``Episode.stats``; they never raise.
 
 Splits are disjoint and reproducible: ``tasks(split, n, seed)`` must return the same tasks for the
-same arguments, and no task id may appear in both "train" and "validation".
+same arguments, and no task id may appear in two of "train", "dev" and "test" (envs/splits.py:
+choose settings on dev, report test).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
+from posttrain.envs.splits import Split  # noqa: F401  (re-exported: every environment's split type)
 from posttrain.registry import Registry
 
-Split = Literal["train", "validation"]
 Message = dict[str, Any]  # OpenAI-style chat message: role, content, optional tool_calls, ...
 
 

@@ -247,8 +247,6 @@ class CodeEnv(Environment):
         return self._sandbox or default_sandbox(self.allow_unisolated)
 
     def tasks(self, split: Split = "train", n: int | None = None, seed: int = 0) -> list[Task]:
-        if split not in ("train", "validation"):
-            raise ValueError(f"unknown split {split!r}")
         return [problem_to_task(code_tasks.make_problem(*code_tasks.parse_task_id(tid),
                                                         n_tests=self.tests_per_task))
                 for tid in code_tasks.task_ids(split, n, seed)]

@@ -21,17 +21,17 @@ travel over HTTP; ``canonical`` converts a reference output to that form.
 
 from __future__ import annotations
 
-import hashlib
 import random
 import re
 import string
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from posttrain.envs.splits import check_split, split_of
+
 MAX_TESTS = 50
 DEFAULT_TESTS = 20
 VARIANTS_PER_FAMILY = 200  # task ids code/<family>/<k> with 0 <= k < this
-VALIDATION_PERCENT = 10  # share of task ids (by hash) that form the validation split
 
 
 @dataclass(frozen=True)
@@ -587,12 +587,6 @@ def canonical(value: Any) -> Any:
     return value
 
 
-def split_of(task_id: str) -> str:
-    """Split membership from a hash of the id alone, so splits are disjoint by construction."""
-    bucket = int(hashlib.sha256(task_id.encode()).hexdigest(), 16) % 100
-    return "validation" if bucket < VALIDATION_PERCENT else "train"
-
-
 @dataclass
 class CodeProblem:
     """Everything about one task, before it is wrapped in an environment ``Task``."""
@@ -673,7 +667,9 @@ def _copy(args: list[Any]) -> list[Any]:
 
 
 def task_ids(split: str, n: int | None, seed: int) -> list[str]:
-    """Ids of ``n`` tasks of ``split`` (all if None), in a seeded order interleaving families."""
+    """Ids of ``n`` tasks of ``split`` (all if None), in a seeded order interleaving families; the
+    split of ``code/<family>/<k>`` is ``splits.split_of`` of that id."""
+    check_split(split)
     rng = random.Random(seed)
     per_family = []
     for name in sorted(FAMILIES):

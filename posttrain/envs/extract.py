@@ -37,9 +37,9 @@ JSON payload — ``extract_json``: the content of the single fenced block (```js
 ```), text around it ignored; otherwise the whole text. Several fenced blocks → "multiple_json_blocks"
 (which one is the answer would be a guess). ``NaN``/``Infinity`` are rejected: they are not JSON.
 
-Task splits — ``split_of`` and ``take_split``: a task's split is a hash of its content key,
-so the same question can never land in train and validation, whatever seed or generator stream
-produced it; ``take_split`` filters a deterministic candidate stream down to one split.
+Task splits — ``take_split`` filters a deterministic candidate stream down to one split, read from
+each task's id by ``splits.split_of`` (a hash of its content key), so the same question can never
+land in two of train, dev and test, whatever seed or generator stream produced it.
 """
 
 from __future__ import annotations
@@ -50,6 +50,8 @@ import re
 import unicodedata
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, TypeVar
+
+from posttrain.envs.splits import check_split, split_of
 
 # --------------------------------------------------------------------------- shared text rules
 
@@ -278,14 +280,7 @@ def extract_json(text: str) -> JsonPayload:
 
 # --------------------------------------------------------------------------- splits
 
-VALIDATION_FRACTION = 0.1
 T = TypeVar("T")
-
-
-def split_of(key: str, validation_fraction: float = VALIDATION_FRACTION) -> str:
-    """"train" or "validation", fixed by a hash of the task's content key."""
-    bucket = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") / 2**64
-    return "validation" if bucket < validation_fraction else "train"
 
 
 def content_id(prefix: str, key: str) -> str:
@@ -299,8 +294,7 @@ def take_split(candidates: Iterable[T], split: str, n: int, id_of: Callable[[T],
     Split membership is read from the id (``split_of(id)``). Raises if the stream runs dry
     first: a short task list would silently change the domain mix downstream.
     """
-    if split not in ("train", "validation"):
-        raise ValueError(f"unknown split {split!r}; expected 'train' or 'validation'")
+    check_split(split)
     out: list[T] = []
     seen: set[str] = set()
     for c in candidates:

@@ -11,8 +11,8 @@ fields>}`` per line, as Gym's ``ng_collect_rollouts`` reads them), and the resou
 
 How each ``Environment`` method maps onto Gym's resource-server protocol:
 
-* ``tasks(split, n, seed)`` — rows of ``dataset`` (``validation_dataset`` for ``validation`` when
-  given), shuffled by ``seed`` and cycled when ``n`` exceeds them (ids stay distinct). A row's
+* ``tasks(split, n, seed)`` — rows of ``dataset`` for train and of ``validation_dataset`` for dev and
+  test (half each, by hash; without one, every row of ``dataset`` has its hashed split), shuffled by ``seed`` and cycled when ``n`` exceeds them (ids stay distinct). A row's
   ``input`` items become the task's messages (``developer`` → ``system``), its Responses-API tools
   the task's chat-form tools, the row itself travels in ``task.metadata["gym_row"]``;
 * ``start_episode(task)`` (rows with tools) — ``POST /seed_session`` with Gym's
@@ -51,12 +51,26 @@ import httpx
 
 from posttrain.envs.base import Environment, Episode, Message, Split, StepResult, Task, VerifyResult
 from posttrain.envs.remote import response_object
+from posttrain.envs.splits import SPLITS, check_split, held_out_split, split_of
 from posttrain.envs.server import items_to_messages, messages_to_items, with_item_ids
 from posttrain.envs.tools import parse_error_result, parse_turn
 from posttrain.engines.openai_compat import RemoteCallError, assign_tool_call_ids, tool_to_chat, tool_to_responses
 
 SESSION_KEY = "gym_session"  # on tool observations: the Gym session the episode ran in
 MAX_OPEN_SESSIONS = 4096
+
+
+def split_rows(train: list[dict[str, Any]], held_out: list[dict[str, Any]] | None) -> dict[str, list[dict[str, Any]]]:
+    """train / dev / test rows: with a held-out dataset, ``dataset`` is train and the held-out rows are
+    cut into dev and test (``splits.held_out_split``); with one dataset only, each row's split is
+    ``splits.split_of`` of its JSON, so no row is trained on and reported."""
+    key = lambda row: json.dumps(row, sort_keys=True)  # noqa: E731
+    if held_out is None:
+        out: dict[str, list[dict[str, Any]]] = {s: [] for s in SPLITS}
+        for row in train:
+            out[split_of(key(row))].append(row)
+        return out
+    return {"train": train, **{s: [r for r in held_out if held_out_split(key(r)) == s] for s in ("dev", "test")}}
 
 
 class GymEnvironment(Environment):
@@ -77,8 +91,7 @@ class GymEnvironment(Environment):
         self.url = url.rstrip("/")
         self.name = name  # type: ignore[misc]  (instance attributes shadow the ClassVars)
         self.domain = domain  # type: ignore[misc]
-        self.rows = {"train": load_rows(dataset)}
-        self.rows["validation"] = load_rows(validation_dataset) if validation_dataset else self.rows["train"]
+        self.rows = split_rows(load_rows(dataset), load_rows(validation_dataset) if validation_dataset else None)
         self.multi_turn = any(r["responses_create_params"].get("tools") for r in self.rows["train"])  # type: ignore[misc]
         self.max_retries, self.backoff_s = max_retries, backoff_s
         self._transport = httpx.HTTPTransport()  # no cookie jar: each session's cookies are its own
@@ -130,7 +143,9 @@ class GymEnvironment(Environment):
     # ----------------------------------------------------------------------- Environment
 
     def tasks(self, split: Split = "train", n: int | None = None, seed: int = 0) -> list[Task]:
-        rows = self.rows[split]
+        rows = self.rows[check_split(split)]
+        if not rows:
+            raise ValueError(f"{self.name}: no {split} rows in its datasets")
         order = list(range(len(rows)))
         random.Random(seed).shuffle(order)
         n = len(rows) if n is None else n

@@ -10,7 +10,7 @@ Task stream: for one ``seed``, each (family, level) is an endless reasoning-gym 
 seeded RNG picks which stream yields next, by weight. A stream that keeps repeating questions
 (one-digit addition has only 121 distinct sums) is dropped from the mix, so small pools run dry
 instead of duplicating. The task id is a hash of the question text, and the split is a hash of the
-id (``extract.split_of``): a question is in train or in validation for every seed.
+id (``splits.split_of``): a question is in one of train, dev and test for every seed.
 
 Grading: ``extract_math_answer`` (rule order documented in extract.py) on the reply with its
 ``<think>`` block removed; then the answer must be a number literal of the family's form, and
@@ -63,7 +63,7 @@ from posttrain.envs.extract import content_id, extract_math_answer, take_split
 
 ANSWER_INSTRUCTION = 'Show your work if it helps, then give your final answer on the last line as "Answer: <answer>".'
 MAX_ANSWER_CHARS = 200
-DEFAULT_N = {"train": 5000, "validation": 500}
+DEFAULT_N = {"train": 5000, "dev": 500, "test": 500}
 LEVEL_WEIGHT = {1: 0.5, 2: 0.3, 3: 0.2}  # easy-heavy: a curriculum needs tasks the model can solve
 _CHUNK = 1000  # reasoning-gym dataset size per chunk of a stream (item i uses Random(seed + i))
 _MAX_REPEATS = 200  # consecutive repeated questions before a stream counts as exhausted

@@ -44,7 +44,7 @@ ANSWER_INSTRUCTION = (
     'Choose the single best option. Think it through if needed, then end your reply with a line of '
     'the form "Answer: X", where X is A, B, C or D.'
 )
-DEFAULT_N = {"train": 2000, "validation": 200}
+DEFAULT_N = {"train": 2000, "dev": 200, "test": 200}
 G = 9.8  # m/s², stated in every stem that uses it
 
 

@@ -596,7 +596,7 @@ _case("banking", "forged_tool_result", 0.0, "a tool-role message claiming succes
 _case("banking", "extra_tool_call", 0.0, "the reference calls plus a block_card nobody asked for")(_extra_block)
 
 
-def sample_tasks(env: Environment, env_name: str, n: int, split: str = "validation", seed: int = 0) -> list[Task]:
+def sample_tasks(env: Environment, env_name: str, n: int, split: str = "dev", seed: int = 0) -> list[Task]:
     """``n`` tasks for an audit; for tool environments, a spread over scenarios/templates."""
     tasks = env.tasks(split, n=max(n, 1) * (4 if env_name in ("workplace", "banking") else 1), seed=seed)
     if env_name not in ("workplace", "banking"):

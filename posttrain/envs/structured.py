@@ -45,7 +45,7 @@ from posttrain.envs.base import (
 )
 from posttrain.envs.extract import content_id, extract_json, take_split
 
-DEFAULT_N = {"train": 2000, "validation": 200}
+DEFAULT_N = {"train": 2000, "dev": 200, "test": 200}
 P_ASK_PRESENT = 0.8  # an optional field the document states is in the schema
 P_REQUIRE = 0.6  # ... and, if asked for, required
 P_ASK_ABSENT = 0.4  # a field the document does not state is still offered (never required)

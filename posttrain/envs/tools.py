@@ -46,6 +46,7 @@ from typing import Any, Callable, Iterable
 import jsonschema
 
 from posttrain.envs.base import Episode, Message, Task
+from posttrain.envs.splits import check_split, split_of
 from posttrain.models.chat_template import ToolCall, ToolCallParseError, _arguments_of, parse_assistant
 
 NEW_ID_BASE = 100_000  # ids of rows created during an episode start here (seed rows stay below)
@@ -466,15 +467,6 @@ def check_transcript(
 # --------------------------------------------------------------------------- task universes
 
 
-def hash_split(task_id: str, validation_percent: int = 10) -> str:
-    """"validation" for a fixed pseudo-random ``validation_percent`` of ids, else "train".
-
-    Membership depends on the id alone, so the splits are disjoint by construction and a task keeps
-    its split when the universe grows."""
-    bucket = int(hashlib.sha256(task_id.encode()).hexdigest()[:8], 16) % 100
-    return "validation" if bucket < validation_percent else "train"
-
-
 def select_tasks(
     n_candidates: int,
     split: str,
@@ -487,13 +479,14 @@ def select_tasks(
 
     ``id_of`` must be cheap (it decides the split before anything is built); ``build`` may return
     None for a candidate with no valid instance."""
+    check_split(split)
     order = list(range(n_candidates))
     random.Random(seed).shuffle(order)
     out: list[Task] = []
     for index in order:
         if n is not None and len(out) >= n:
             break
-        if hash_split(id_of(index)) != split:
+        if split_of(id_of(index)) != split:
             continue
         task = build(index)
         if task is not None:

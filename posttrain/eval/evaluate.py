@@ -137,7 +137,7 @@ def part_tokens(messages: Any, tokenizer: Any) -> tuple[int | None, int | None]:
 def evaluate(
     generator: Generator,
     env: Environment,
-    split: Split = "validation",
+    split: Split = "test",
     n_tasks: int = 50,
     k: int = 1,
     temperature: float = 0.0,

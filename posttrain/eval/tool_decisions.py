@@ -28,7 +28,9 @@ enter the prompt), nor tool use in other environments.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence
+from typing import Any, Sequence
+
+from posttrain.envs.splits import Split
 
 
 @dataclass
@@ -40,7 +42,7 @@ class DecisionPoint:
     expected: dict[str, Any]  # the expert's assistant message
 
 
-def banking_decision_points(split: Literal["train", "validation"] = "validation", n: int = 12,
+def banking_decision_points(split: Split = "test", n: int = 12,
                             seed: int = 0) -> list[DecisionPoint]:
     """Every assistant turn of the expert's verified episodes on ``n`` banking tasks of ``split``."""
     from posttrain.envs.banking.env import BankingEnv

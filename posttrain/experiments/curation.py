@@ -294,7 +294,7 @@ def compare(
                          max_new_tokens=max_new_tokens, eval_batch_size=eval_batch_size)
     validation = run_dir / VALIDATION  # gold worked solutions of held-out problems: the SFT held-out loss
     if not validation.exists():
-        write_jsonl(arithmetic_rows(n_val_rows, seed + 1, "validation", max_digits=max_digits), validation)
+        write_jsonl(arithmetic_rows(n_val_rows, seed + 1, "dev", max_digits=max_digits), validation)
     results: dict[str, Any] = {"base": cached_stage(run_dir, "base", lambda: measure(cfg, model_spec, {"validation": str(validation)}))}
     for name in ("unfiltered", "curated"):
         data = {"train": stage["paths"][name], "validation": str(validation)}

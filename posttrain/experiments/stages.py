@@ -50,7 +50,7 @@ def make_data(cfg: PipelineConfig, run_dir: Path) -> dict[str, Any]:
     train = run_dir / "data" / "train.jsonl"
     val = run_dir / "data" / "validation.jsonl"
     n_train = write_jsonl(arithmetic_rows(cfg.n_train, cfg.seed, "train", max_digits=cfg.max_digits), train)
-    n_val = write_jsonl(arithmetic_rows(cfg.n_val_rows, cfg.seed + 1, "validation", max_digits=cfg.max_digits), val)
+    n_val = write_jsonl(arithmetic_rows(cfg.n_val_rows, cfg.seed + 1, "dev", max_digits=cfg.max_digits), val)
     return {"train": str(train), "validation": str(val), "n_train": n_train, "n_validation": n_val}
 
 
@@ -74,7 +74,7 @@ def measure(cfg: PipelineConfig, model_spec: str, data: dict[str, Any], sampled:
     val = heldout_loss(loaded.model, tokenize_rows(loaded.tokenizer, rows)[0], 1024, not is_hybrid(loaded.model),
                        loaded.tokenizer.pad_token_id or 0, lambda: autocast("fp32", loaded.device))
 
-    tasks = arithmetic_tasks(cfg.n_eval, cfg.seed + 2, "validation", max_digits=cfg.max_digits)
+    tasks = arithmetic_tasks(cfg.n_eval, cfg.seed + 2, "test", max_digits=cfg.max_digits)
     gen = HFGenerator(loaded.model, loaded.tokenizer, batch_size=cfg.eval_batch_size)
     comps = gen.generate([t.messages for t in tasks], SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=0.0))
     env = make_env("math")

@@ -28,7 +28,7 @@ def validate(generator: Any, envs: dict[str, Any], cfg: Any, records: Path | Non
     for spec in cfg.envs:
         if spec.val_tasks:
             with tqdm(total=spec.val_tasks, desc=f"validate {spec.name}", unit="task", disable=not progress) as bar:
-                r = evaluate(generator, envs[spec.name], "validation", spec.val_tasks, k=1, temperature=0.0,
+                r = evaluate(generator, envs[spec.name], "dev", spec.val_tasks, k=1, temperature=0.0,
                              max_new_tokens=cfg.rollout.max_new_tokens, seed=spec.task_seed,
                              reasoning=cfg.rollout.reasoning, max_turns=cfg.rollout.max_turns, progress=bar)
             out[f"val_reward/{spec.name}"] = r.mean_reward

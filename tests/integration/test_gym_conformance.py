@@ -115,9 +115,9 @@ def turn_items(turns: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
 def build_cases(servers: dict[str, tuple[Any, str]]) -> list[dict[str, Any]]:
     cases = []
     for name, (env, url) in servers.items():
-        (row,) = httpx.get(f"{url}/tasks", params={"split": "validation", "n": 1, "seed": 0, "format": "gym"},
+        (row,) = httpx.get(f"{url}/tasks", params={"split": "dev", "n": 1, "seed": 0, "format": "gym"},
                            timeout=60).json()["rows"]
-        task = env.tasks("validation", 1, 0)[0]
+        task = env.tasks("dev", 1, 0)[0]
         right, wrong = model_turns(name, task)
         expect_right, obs = in_process(env, task, right)
         expect_wrong, _ = in_process(env, task, wrong)

@@ -164,7 +164,7 @@ def test_dpo_pairs_and_tool_decisions_commands_write_rates_and_compare(tmp_path,
     from posttrain.cli import main
 
     rates = tmp_path / "rates.jsonl"
-    common = ["dpo-pairs", "--model", "tiny-llama", "--envs", "mcq", "--split", "validation", "--n", "2", "--k", "2",
+    common = ["dpo-pairs", "--model", "tiny-llama", "--envs", "mcq", "--split", "dev", "--n", "2", "--k", "2",
               "--max-new-tokens", "4", "--out", str(tmp_path / "pairs.jsonl")]
     assert main([*common, "--rates", str(rates)]) == 0
     rows = [json.loads(x) for x in rates.read_text().splitlines()]

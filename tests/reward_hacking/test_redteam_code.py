@@ -18,7 +18,7 @@ env_and_tasks, test_red_team_case = make_suite("code")
 
 def test_best_constant_earns_nothing_on_40_validation_tasks():
     """Issue 12: under the old fraction reward the best constant per task averaged 0.23."""
-    tasks = CodeEnv().tasks("validation", n=40)
+    tasks = CodeEnv().tasks("dev", n=40)
     assert sum(best_constant_reward(t.ground_truth["expected"]) for t in tasks) == 0.0
     fraction = sum(best_constant_reward(t.ground_truth["expected"], "fraction") for t in tasks) / 40
     assert fraction <= 0.5  # balanced tests: even partial credit pays a constant at most half
@@ -36,7 +36,7 @@ def test_every_task_defeats_constants_and_hard_coded_examples():
 
 
 def test_hidden_tests_are_graded():
-    task = CodeEnv().tasks("validation", n=1)[0]
+    task = CodeEnv().tasks("dev", n=1)[0]
     truth = task.ground_truth
     assert len(truth["shown"]) == N_EXAMPLES
     assert len(truth["expected"]) - N_EXAMPLES >= MIN_TESTS - N_EXAMPLES

@@ -11,7 +11,8 @@ import torch
 
 from posttrain.data.conversations import DataError, read_conversations, write_jsonl
 from posttrain.data.packing import IGNORE, Example, pack_examples, pad_examples
-from posttrain.data.synthetic import TRACES, Problem, arithmetic_rows, is_validation, sample_problems
+from posttrain.data.synthetic import TRACES, Problem, arithmetic_rows, sample_problems
+from posttrain.envs.arithmetic import split_of_problem
 from posttrain.data.transforms import apply_reasoning_transforms, budget_truncate, reasoning_off
 from posttrain.train.schedule import wsd_lr_factor
 from posttrain.train.sft import step_plan
@@ -120,8 +121,9 @@ def test_arithmetic_traces_are_correct_and_splits_disjoint():
             p = Problem(a, b, op)
             assert TRACES[op](a, b).rstrip(".").endswith(str(p.answer))
     train = set(sample_problems(300, 0, "train"))
-    val = set(sample_problems(100, 0, "validation"))
-    assert not train & val and all(is_validation(p) for p in val)
+    dev, test = set(sample_problems(100, 0, "dev")), set(sample_problems(100, 0, "test"))
+    assert not train & dev and not train & test and not dev & test
+    assert all(split_of_problem(p) == "dev" for p in dev) and all(split_of_problem(p) == "test" for p in test)
 
 
 def test_write_and_read_roundtrip(tmp_path):

@@ -219,10 +219,10 @@ def test_episode_ends_when_user_gives_up_or_turns_run_out():
 
 
 def test_tasks_are_deterministic_disjoint_and_json():
-    a = ENV.tasks("validation", n=8, seed=5)
-    assert [t.to_dict() for t in a] == [t.to_dict() for t in BankingEnv().tasks("validation", n=8, seed=5)]
+    a = ENV.tasks("dev", n=8, seed=5)
+    assert [t.to_dict() for t in a] == [t.to_dict() for t in BankingEnv().tasks("dev", n=8, seed=5)]
     small = BankingEnv(n_worlds=2)
-    train, val = small.tasks("train"), small.tasks("validation")
+    train, val = small.tasks("train"), small.tasks("dev")
     assert val and {t.id for t in train}.isdisjoint({t.id for t in val})
     assert {t.metadata["scenario"] for t in train} == set(NAMES)
     for t in a:

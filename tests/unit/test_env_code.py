@@ -100,10 +100,10 @@ def test_tasks_are_deterministic_and_splits_disjoint(env):
     assert [t.to_dict() for t in a] == [t.to_dict() for t in env.tasks("train", n=30, seed=1)]
     assert [t.id for t in a] != [t.id for t in env.tasks("train", n=30, seed=2)]
     train = set(code_tasks.task_ids("train", None, 0))
-    validation = set(code_tasks.task_ids("validation", None, 0))
-    assert train and validation and not train & validation
-    assert len(train) + len(validation) == len(code_tasks.FAMILIES) * code_tasks.VARIANTS_PER_FAMILY
-    assert {t.id for t in env.tasks("validation", n=50)} <= validation
+    validation, test = set(code_tasks.task_ids("dev", None, 0)), set(code_tasks.task_ids("test", None, 0))
+    assert train and validation and test and not train & validation and not (train | validation) & test
+    assert len(train) + len(validation) + len(test) == len(code_tasks.FAMILIES) * code_tasks.VARIANTS_PER_FAMILY
+    assert {t.id for t in env.tasks("dev", n=50)} <= validation
     assert len({t.metadata["family"] for t in a}) >= 20  # families are interleaved
 
 
@@ -169,7 +169,7 @@ def test_all_or_nothing_and_failures(env):
 
 
 def test_verify_from_many_threads(env):
-    tasks = env.tasks("validation", n=8)
+    tasks = env.tasks("dev", n=8)
     results: dict[str, float] = {}
 
     def work(task: Task) -> None:
@@ -200,7 +200,7 @@ def test_an_environment_that_cannot_isolate_refuses_to_start():
 def test_an_allowed_unisolated_environment_says_so_in_every_result():
     with Sandbox(workers=1, isolate=False, allow_unisolated=True) as allowed:
         env = CodeEnv(sandbox=allowed, limits=Limits(wall_s=3.0, cpu_s=3.0))
-        task = env.tasks("validation", n=1)[0]
+        task = env.tasks("dev", n=1)[0]
         solved = env.verify(task, answer(f"```python\n{lookup_table_solution(task)}```"))
         assert solved.reward == 1.0
         for result in (solved, env.verify(task, answer("no idea"))):

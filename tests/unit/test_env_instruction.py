@@ -10,7 +10,7 @@ import random
 import pytest
 
 from posttrain.envs.base import make_env
-from posttrain.envs.instruction.common import split_of
+from posttrain.envs.splits import split_of
 from posttrain.envs.instruction.constraints import (
     CONSTRAINTS, FORBIDDEN_WORDS, AllLowercase, AllUppercase, BulletCount, CapitalWordFrequency,
     EndPhrase, Highlights, JsonFormat, KeywordsForbidden, KeywordsRequired, LetterFrequency,
@@ -149,9 +149,9 @@ def test_tasks_are_deterministic_and_splits_disjoint(env, train_tasks):
     again = env.tasks("train", n=300, seed=0)
     assert [t.to_dict() for t in again] == [t.to_dict() for t in train_tasks]
     assert [t.id for t in env.tasks("train", n=20, seed=1)] != [t.id for t in train_tasks[:20]]
-    validation = env.tasks("validation", n=60, seed=0)
+    validation = env.tasks("dev", n=60, seed=0)
     assert not {t.id for t in validation} & {t.id for t in train_tasks}
-    assert all(split_of(t.id) == "validation" for t in validation)
+    assert all(split_of(t.id) == "dev" for t in validation)
     assert len({t.id for t in train_tasks}) == 300
 
 
@@ -245,7 +245,7 @@ def test_multiturn_replace_swaps_in_a_conflicting_rule():
 def test_multiturn_deterministic_and_disjoint(mt_tasks):
     env = InstructionMultiTurnEnv()
     assert [t.id for t in env.tasks("train", n=150, seed=0)] == [t.id for t in mt_tasks]
-    assert not {t.id for t in env.tasks("validation", n=30, seed=0)} & {t.id for t in mt_tasks}
+    assert not {t.id for t in env.tasks("dev", n=30, seed=0)} & {t.id for t in mt_tasks}
 
 
 def test_multiturn_reward_is_judge_score_when_rules_hold(mt_tasks):

@@ -74,7 +74,7 @@ def test_n_docs_controls_the_context(env):
 
 def test_deterministic_and_splits_disjoint(env, tasks):
     assert [t.to_dict() for t in env.tasks("train", n=200, seed=0)] == [t.to_dict() for t in tasks]
-    validation = env.tasks("validation", n=40, seed=0)
+    validation = env.tasks("dev", n=40, seed=0)
     assert not {t.id for t in validation} & {t.id for t in tasks}
     assert len({t.id for t in tasks}) == len(tasks)
 

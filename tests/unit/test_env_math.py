@@ -150,7 +150,7 @@ def test_tasks_are_deterministic_and_splits_disjoint(env, train):
     assert [t.to_dict() for t in env.tasks("train", 400, seed=0)] == [t.to_dict() for t in train]
     assert [t.id for t in env.tasks("train", 50, seed=1)] != [t.id for t in train[:50]]
     ids = {t.id for t in train} | {t.id for t in env.tasks("train", 400, seed=1)}
-    validation = {t.id for s in (0, 1) for t in env.tasks("validation", 60, seed=s)}
+    validation = {t.id for s in (0, 1) for t in env.tasks("dev", 60, seed=s)}
     assert len({t.id for t in train}) == len(train) and not ids & validation
 
 

@@ -72,7 +72,7 @@ def test_every_generator_gives_four_distinct_options_with_the_answer(env):
 def test_tasks_are_deterministic_and_splits_disjoint(env, train):
     assert [t.to_dict() for t in env.tasks("train", 400, seed=0)] == [t.to_dict() for t in train]
     train_ids = {t.id for t in train} | {t.id for t in env.tasks("train", 400, seed=1)}
-    validation = {t.id for s in (0, 1) for t in env.tasks("validation", 100, seed=s)}
+    validation = {t.id for s in (0, 1) for t in env.tasks("dev", 100, seed=s)}
     assert len({t.id for t in train}) == len(train) and not train_ids & validation
 
 
@@ -154,7 +154,7 @@ def test_a_constant_letter_policy_earns_chance_and_its_reasons_say_so(env):
     how the pipeline's report spots it (eval.compare.modal_choice)."""
     from posttrain.eval.compare import modal_choice
 
-    tasks = env.tasks("validation", 200, seed=0)
+    tasks = env.tasks("dev", 200, seed=0)
     results = [env.verify(t, reply("Answer: C")) for t in tasks]
     assert 0.15 < sum(r.reward for r in results) / len(results) < 0.35
     assert modal_choice([r.reason for r in results]) == ("C", 1.0, 200)

@@ -115,7 +115,7 @@ def test_malformed_output_scores_zero_without_raising(env, train, text, reason):
 def test_tasks_are_deterministic_and_splits_disjoint(env, train):
     assert [t.to_dict() for t in env.tasks("train", 200, seed=0)] == [t.to_dict() for t in train]
     train_ids = {t.id for t in train} | {t.id for t in env.tasks("train", 200, seed=1)}
-    validation = {t.id for s in (0, 1) for t in env.tasks("validation", 50, seed=s)}
+    validation = {t.id for s in (0, 1) for t in env.tasks("dev", 50, seed=s)}
     assert len({t.id for t in train}) == len(train) and not train_ids & validation
 
 

@@ -201,9 +201,10 @@ def test_tasks_are_deterministic_split_disjoint_and_cover_templates():
     assert [t.to_dict() for t in a] == [t.to_dict() for t in WorkplaceEnv().tasks("train", n=30, seed=1)]
     assert [t.id for t in a] != [t.id for t in ENV.tasks("train", n=30, seed=2)]
     small = WorkplaceEnv(n_worlds=4)
-    train, val = small.tasks("train"), small.tasks("validation")
-    assert {t.id for t in train}.isdisjoint({t.id for t in val}) and val
-    assert len(train) + len(val) == 4 * N_TEMPLATES  # every template has an instance in every world
+    train, val, test = small.tasks("train"), small.tasks("dev"), small.tasks("test")
+    assert {t.id for t in train}.isdisjoint({t.id for t in val}) and val and test
+    assert not {t.id for t in train + val} & {t.id for t in test}
+    assert len(train) + len(val) + len(test) == 4 * N_TEMPLATES  # every template has an instance in every world
     t = a[0]
     assert t.messages[0]["role"] == "system" and t.messages[1]["role"] == "user" and t.tools == TOOLBOX.definitions()
 

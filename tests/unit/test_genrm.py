@@ -220,7 +220,7 @@ def test_pairs_formats_and_errors(tmp_path):
 
 def test_genrm_env_both_orders_and_disjoint_splits(tmp_path):
     env = GenRMEnv(pairs=str(_pairs_file(tmp_path)), val_frac=0.3)
-    train, val = env.tasks("train"), env.tasks("validation")
+    train, val = env.tasks("train"), env.tasks("dev")
     assert len(train) % 2 == 0 and len(val) % 2 == 0 and len(train) + len(val) == 42 and val
     ids_t = {t.metadata["pair_id"] for t in train}
     assert not ids_t & {t.metadata["pair_id"] for t in val}
@@ -316,9 +316,9 @@ def test_agreement_shows_position_bias_and_format_errors(tmp_path):
     from posttrain.envs.genrm.evaluate import genrm_agreement
 
     env = GenRMEnv(pairs=str(_pairs_file(tmp_path)), val_frac=0.3)
-    n = len(env.tasks("validation"))
+    n = len(env.tasks("dev"))
     # always "response 1 is better": exact on the given order of a chosen/rejected pair, wrong on the swap
-    figures = genrm_agreement(ScriptedGenerator([["Helpfulness 1: 4\nHelpfulness 2: 2\nRanking: 2"]]), env,
+    figures = genrm_agreement(ScriptedGenerator([["Helpfulness 1: 4\nHelpfulness 2: 2\nRanking: 2"]]), env, "dev",
                               records=tmp_path / "replies.jsonl")
     assert figures["n"] == n and figures["format_error_rate"] == 0
     assert figures["prefers_first"] == 1.0 and figures["order_consistency"] == 0.0
@@ -326,7 +326,7 @@ def test_agreement_shows_position_bias_and_format_errors(tmp_path):
     assert figures["rank_side_acc"] == 0.5 and figures["given/reward"] == 1.0
     assert figures["swapped/h_abs_err"] == 2.0 and figures["swapped/rank_abs_err"] == 3.0
     assert len((tmp_path / "replies.jsonl").read_text().splitlines()) == n
-    bad = genrm_agreement(ScriptedGenerator([["no verdict"]]), env)
+    bad = genrm_agreement(ScriptedGenerator([["no verdict"]]), env, "dev")
     assert bad["format_error_rate"] == 1.0 and bad["rank_side_acc"] == 0.0 and bad["reward"] == 0.0
 
 
@@ -346,15 +346,15 @@ def test_sampled_agreement_scores_every_reply_and_pairs_sample_by_sample(tmp_pat
     from posttrain.envs.genrm.evaluate import genrm_agreement
 
     env = GenRMEnv(pairs=str(_pairs_file(tmp_path)), val_frac=0.3)
-    n = len(env.tasks("validation"))
+    n = len(env.tasks("dev"))
     gen = TwoVerdicts()
-    f = genrm_agreement(gen, env, temperature=1.0, samples=2, seed=3, records=tmp_path / "r.jsonl")
+    f = genrm_agreement(gen, env, "dev", temperature=1.0, samples=2, seed=3, records=tmp_path / "r.jsonl")
     assert gen.params[0].n == 2 and gen.params[0].temperature == 1.0 and gen.params[0].seed == 3
     assert f["n"] == 2 * n and len((tmp_path / "r.jsonl").read_text().splitlines()) == 2 * n
     # sample 0 always prefers position 1, sample 1 position 2: half right, no order consistency
     assert f["rank_side_acc"] == 0.5 and f["prefers_first"] == 0.5 and f["order_consistency"] == 0.0
     with pytest.raises(ValueError):
-        genrm_agreement(gen, env, temperature=0.0, samples=2)
+        genrm_agreement(gen, env, "dev", temperature=0.0, samples=2)
 
 
 def test_genrm_env_weights_are_settable(tmp_path):
@@ -371,7 +371,7 @@ def test_warmstart_rows_teach_the_format_only_and_never_show_held_out_pairs(tmp_
     from posttrain.envs.genrm.env import warmstart_conversations
 
     env = GenRMEnv(pairs=str(_pairs_file(tmp_path)), val_frac=0.3)
-    val_prompts = {json.dumps(t.messages) for t in env.tasks("validation")}
+    val_prompts = {json.dumps(t.messages) for t in env.tasks("dev")}
     rows = warmstart_conversations(env, "random", seed=0)
     assert len(rows) == len(env.tasks("train"))
     verdicts = []

@@ -238,7 +238,7 @@ def test_item7_episode_loop_and_verify_survive_a_deeply_nested_tool_argument():
     from posttrain.envs.workplace.env import WorkplaceEnv
 
     env = WorkplaceEnv(max_turns=2)
-    (t,) = run_episodes(HostileGenerator(), env, env.tasks("validation", n=1), SamplingParams(n=1), max_turns=2)
+    (t,) = run_episodes(HostileGenerator(), env, env.tasks("dev", n=1), SamplingParams(n=1), max_turns=2)
     assert t.finish_reason in ("done", "max_turns") and t.stats["error:argument_too_deep"] == 2
     result = env.verify(t.task, t.messages)
     assert result.reward == 0.0 and "argument_too_deep" in result.reason

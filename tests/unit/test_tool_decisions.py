@@ -12,7 +12,7 @@ from posttrain.models.chat_template import format_tool_call
 
 @pytest.fixture(scope="module")
 def points():
-    return banking_decision_points("validation", 2, 0)
+    return banking_decision_points("dev", 2, 0)
 
 
 def test_points_are_every_expert_turn(points):

@@ -25,7 +25,7 @@ def test_banking_rows_are_verified_tool_use_conversations():
         assert env.verify(task, r["messages"]).reward == 1.0
         assistant = [m for m in r["messages"] if m["role"] == "assistant"]
         assert any(m.get("tool_calls") for m in assistant) and any(not m.get("tool_calls") for m in assistant)
-    assert {r["task_id"] for r in banking_rows(4, 0, "validation")}.isdisjoint(by_id)
+    assert {r["task_id"] for r in banking_rows(4, 0, "dev")}.isdisjoint(by_id)
 
 
 def test_a_failing_expert_is_an_error(monkeypatch):

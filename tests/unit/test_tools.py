@@ -7,9 +7,10 @@ import sqlite3
 
 import pytest
 
+from posttrain.envs.splits import split_of
 from posttrain.envs.base import Task
 from posttrain.envs.tools import (
-    NEW_ID_BASE, TableSpec, ToolEpisode, ToolError, Toolbox, calls_message, diff_states, hash_split, next_id,
+    NEW_ID_BASE, TableSpec, ToolEpisode, ToolError, Toolbox, calls_message, diff_states, next_id,
     normalize_text, parse_turn, replay, select_tasks, snapshot,
 )
 from posttrain.models.chat_template import ToolCall, format_tool_call
@@ -179,15 +180,17 @@ def test_ordered_tables_compare_as_sequences():
     assert diff_states(snapshot(a.conn, spec), snapshot(b.conn, spec))
 
 
-def test_hash_split_and_select_tasks_are_deterministic_and_disjoint():
+def test_select_tasks_is_deterministic_and_its_splits_disjoint():
     def build(i: int) -> Task | None:
         return None if i % 7 == 0 else Task(id=f"t/{i}", domain="x", messages=[])
 
     train = select_tasks(300, "train", None, 0, lambda i: f"t/{i}", build)
-    val = select_tasks(300, "validation", None, 0, lambda i: f"t/{i}", build)
+    val = select_tasks(300, "dev", None, 0, lambda i: f"t/{i}", build)
     assert {t.id for t in train}.isdisjoint({t.id for t in val})
-    assert 10 < len(val) < 60 and len(train) + len(val) == 300 - len(range(0, 300, 7))
-    assert all(hash_split(t.id) == "validation" for t in val)
+    test = select_tasks(300, "test", None, 0, lambda i: f"t/{i}", build)
+    assert not {t.id for t in train + val} & {t.id for t in test}
+    assert 10 < len(val) < 60 and len(train) + len(val) + len(test) == 300 - len(range(0, 300, 7))
+    assert all(split_of(t.id) == "dev" for t in val)
     first = select_tasks(300, "train", 5, 3, lambda i: f"t/{i}", build)
     assert [t.id for t in first] == [t.id for t in select_tasks(300, "train", 5, 3, lambda i: f"t/{i}", build)]
     assert [t.id for t in first] != [t.id for t in select_tasks(300, "train", 5, 4, lambda i: f"t/{i}", build)]
@@ -258,7 +261,7 @@ def test_item7_workplace_step_and_verify_give_zero_with_the_reason():
     from posttrain.envs.workplace.env import WorkplaceEnv
 
     env = WorkplaceEnv()
-    task = env.tasks("validation", n=1)[0]
+    task = env.tasks("dev", n=1)[0]
     for message in (_xml("email_get", email_id=DEEP),
                     {"role": "assistant", "content": "", "tool_calls": [
                         {"function": {"name": "email_get", "arguments": '{"email_id": ' + DEEP + "}"}}]}):

@@ -17,7 +17,7 @@ rebuilds the bank from the world seed and replays the transcript's tool calls.
 
 Task universe: ``N_WORLDS`` banks × ``TASKS_PER_WORLD`` tasks, scenarios in rotation (task ``i`` has
 scenario ``i % 4`` and world ``i // TASKS_PER_WORLD``); ids name the scenario; 10% of ids hash to
-validation (``hash_split``).
+dev / test (``splits.split_of``).
 """
 
 from __future__ import annotations

@@ -9,9 +9,9 @@ ranking error and whether the predicted ranking has the right side (``rank_sign_
 verify result's components; the reason is ``ok`` or ``format:<failure reason>``.
 
 Every pair appears twice in its split, as given and with the responses swapped (ground truth
-(h2, h1, 7 − r)): against position bias. Train and validation are disjoint by pair: the split is a
-hash of the pair id (``validation`` = ``val_frac`` of the pairs), or the pairs of ``val_pairs``
-when that file is given.
+(h2, h1, 7 − r)): against position bias. Train, dev and test are disjoint by pair: the split is a
+hash of the pair id (``val_frac`` of the pairs held out, half dev and half test), or the pairs of
+``val_pairs`` (cut in dev and test by hash) when that file is given.
 
 Constructor arguments (``envs: [{name: genrm, args: {...}}]``): ``pairs`` (JSONL path, the format
 of ``pairs.read_pairs``), ``val_pairs`` (optional JSONL), ``math_pairs`` (how many rule-built math
@@ -26,6 +26,7 @@ import random
 from typing import Any, Literal
 
 from posttrain.algos.genrm import C1, C2, Judgement, genrm_reward, genrm_reward_unit, rank_from_scores, swap_truth
+from posttrain.envs.splits import check_split, held_out_split
 from posttrain.envs.base import ENVIRONMENTS, Environment, Message, Split, Task, VerifyResult
 from posttrain.envs.genrm.format import (ParseFailure, build_genrm_prompt, format_judgement, parse_judgement,
                                          response_text, split_prompt)
@@ -74,14 +75,17 @@ class GenRMEnv(Environment):
         self._cache: dict[str, list[PreferencePair]] = {}
 
     def _split_of(self, pair_id: str) -> str:
+        """train for 1 − ``val_frac`` of the pairs by hash; the rest dev and test, half each."""
         bucket = int.from_bytes(hashlib.sha256(pair_id.encode()).digest()[:8], "big") / 2**64
-        return "validation" if bucket < self.val_frac else "train"
+        return "train" if bucket >= self.val_frac else held_out_split(pair_id)
 
     def pairs(self, split: Split) -> list[PreferencePair]:
+        check_split(split)
         if split not in self._cache:
             given = read_pairs(self.pairs_path) if self.pairs_path else []
             if self.val_path:
-                mine = given if split == "train" else read_pairs(self.val_path)
+                mine = given if split == "train" else [p for p in read_pairs(self.val_path)
+                                                       if held_out_split(p.id) == split]
             else:
                 mine = [p for p in given if self._split_of(p.id) == split]
             if self.math_pairs:

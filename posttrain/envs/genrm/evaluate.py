@@ -58,7 +58,7 @@ def agreement_from_rows(rows: list[dict[str, Any]]) -> dict[str, float]:
     return out
 
 
-def genrm_agreement(generator: Any, env: Any, split: str = "validation", n: int | None = None,
+def genrm_agreement(generator: Any, env: Any, split: str = "test", n: int | None = None,
                     max_new_tokens: int = 256, reasoning: bool = False, records: Path | None = None,
                     temperature: float = 0.0, samples: int = 1, seed: int = 0) -> dict[str, float]:
     """Judge every held-out task ``samples`` times (once, greedily, by default); the agreement

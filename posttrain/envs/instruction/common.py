@@ -1,7 +1,7 @@
 """Helpers shared by the generated-task environments of this package and ``envs/longctx.py``.
 
-* Split membership is a function of the task id: ``split_of`` hashes the id, so a task can never be
-  in both "train" and "validation", whatever seeds or sizes are asked for. Ids are content hashes
+* Split membership is a function of the task id: ``splits.split_of`` hashes the id, so a task is in
+  exactly one of "train", "dev" and "test", whatever seeds or sizes are asked for. Ids are content hashes
   (``content_id``), so two identical generated tasks share an id and therefore a split.
 * ``sample_tasks`` draws candidate tasks from a seeded stream (one ``random.Random`` per candidate,
   seeded with a string, which Python hashes with SHA-512: stable across runs and processes) and keeps
@@ -20,8 +20,8 @@ import random
 from typing import Any, Callable, Protocol
 
 from posttrain.envs.base import Message, Split, Task
+from posttrain.envs.splits import check_split, split_of
 
-VALIDATION_PER_MILLE = 100  # 10% of the generated task space is held out for validation
 
 
 def content_id(prefix: str, spec: Any) -> str:
@@ -30,17 +30,11 @@ def content_id(prefix: str, spec: Any) -> str:
     return f"{prefix}-{hashlib.sha256(blob.encode()).hexdigest()[:16]}"
 
 
-def split_of(task_id: str) -> Split:
-    h = int(hashlib.sha256(task_id.encode()).hexdigest()[:8], 16)
-    return "validation" if h % 1000 < VALIDATION_PER_MILLE else "train"
-
-
 def sample_tasks(
     make_task: Callable[[random.Random], Task], split: Split, n: int, seed: int, stream: str
 ) -> list[Task]:
     """``n`` distinct tasks of ``split``, deterministic in (stream, seed, n)."""
-    if split not in ("train", "validation"):
-        raise ValueError(f"unknown split {split!r}; expected 'train' or 'validation'")
+    check_split(split)
     tasks: list[Task] = []
     seen: set[str] = set()
     max_draws = 100 * n + 1000  # the task spaces are huge; this only stops a broken generator

@@ -7,7 +7,7 @@ after "Answer:" in the final reply, and must leave the state untouched.
 Task universe: ``N_WORLDS`` generated companies × one task per template each (21 templates, a few
 draws have no valid instance and are skipped). Task ``i`` uses world ``i // len(TEMPLATES)`` and
 template ``i % len(TEMPLATES)``; its id names both. Split membership is a hash of the id (10%
-validation, ``hash_split``), so train and validation are disjoint by construction.
+dev, test: ``splits.split_of``), so the three are disjoint by construction.
 ``tasks(split, n, seed)``: the split's tasks in an order shuffled by ``seed``, first ``n``.
 
 Episode: the live database is built from the task's world seed. Each assistant message with tool
