@@ -91,9 +91,18 @@ class PipelineConfig(StrictModel):
     """Held-out tasks per domain of the three-domain runs (distill specialists, MOPD, GenRM, RLHF)."""
     rl_train_tasks: int = Field(48, ge=1)
     """Training pool per domain of the three-domain runs (sampled uniformly, no curriculum profile)."""
-    sft_arm: bool = False
-    """Add the longer-SFT arm: continue SFT from the SFT checkpoint for as many steps as fit in the
-    RLVR stage's wall time (at the SFT stage's measured pace), measured on the same held-out set."""
+    sft_arm: bool = True
+    """The same-time control (experiments/evidence.py): continue SFT from the SFT checkpoint for as many
+    steps as fit in the RLVR stage's time (at the SFT stage's measured pace); scored on the test table
+    beside the RL checkpoint. ``--no-controls`` turns both controls off."""
+    tokens_arm: bool = True
+    """The same-tokens control: continue SFT from the SFT checkpoint for as many target tokens as the
+    RLVR stage trained on (rollout tokens + anchor rows), scored on the test table beside RL."""
+    rl_test_tasks: int = Field(200, ge=1)
+    """Test tasks per RLVR environment on which base, SFT, RL and the controls are scored (greedy, the
+    RL rollout's prompt and budget): the RL − control figures of the report."""
+    test_base: bool = True
+    """Also score the base model on the test table (``--quick`` skips it: ~25 s)."""
     anchor_control: bool = False
     """Add the anchor-alone control: SFT from the SFT checkpoint on what the RLVR stage's anchor trains
     on (``rl_steps`` steps of ``rl_anchor_rows`` conversations of the same data, at ``rl_lr``, constant,
@@ -128,8 +137,6 @@ class PipelineConfig(StrictModel):
 
     @model_validator(mode="after")
     def _arm_needs_rl(self) -> "PipelineConfig":
-        if self.sft_arm and not self.rlvr:
-            raise ValueError("sft_arm: the longer-SFT arm runs for the RLVR stage's wall time; it needs rlvr=true")
         if self.anchor_control and not (self.rlvr and self.rl_sft_anchor > 0):
             raise ValueError("anchor_control: the control is the RLVR stage's SFT anchor alone; it needs rlvr=true "
                              f"and rl_sft_anchor > 0 (got rlvr={self.rlvr}, rl_sft_anchor={self.rl_sft_anchor})")
@@ -145,7 +152,7 @@ class PipelineConfig(StrictModel):
 
 QUICK = {"n_train": 400, "n_eval": 96, "n_val_rows": 24, "sft_steps": 24, "sft_batch_size": 16,
          "sft_lr": 2e-4, "sft_freeze_layers": 15, "max_new_tokens": 80, "eval_batch_size": 96, "rl_steps": 2, "rl_prompts_per_step": 4, "rl_group_size": 4,
-         "rl_arith_train_tasks": 200, "rl_val_tasks": 8, "rl_mix_val_tasks": 8, "eval_samples": 0, "rl_lr": 1e-5,
+         "rl_arith_train_tasks": 200, "rl_val_tasks": 8, "rl_test_tasks": 48, "test_base": False, "rl_mix_val_tasks": 8, "eval_samples": 0, "rl_lr": 1e-5,
          "specialist_steps": 2, "distill_steps": 2,
          "genrm_steps": 2, "rlhf_steps": 2, "run_dir": "runs/pipeline-quick"}
 """``posttrain pipeline --quick``: every default stage for a moment. SFT 24 x 16 at lr 2e-4 (one pass

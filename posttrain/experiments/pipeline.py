@@ -63,7 +63,7 @@ from pathlib import Path
 from typing import Any
 
 from posttrain.configs.pipeline import QUICK, PipelineConfig
-from posttrain.experiments import pipeline_report
+from posttrain.experiments import evidence, pipeline_report
 from posttrain.experiments.pipeline_report import binomial_se, columns, subsets, validation_gains
 from posttrain.experiments.stages import cached_stage, make_data, measure, run_sft
 
@@ -268,9 +268,10 @@ def _pct(p: float, n: int) -> str:
 def report(run_dir: Path, before: dict[str, Any], after: dict[str, Any], sft: dict[str, Any], total_s: float,
            rl: dict[str, Any] | None = None, after_rl: dict[str, Any] | None = None,
            arm: dict[str, Any] | None = None, after_arm: dict[str, Any] | None = None,
-           ctrl: dict[str, Any] | None = None, after_ctrl: dict[str, Any] | None = None) -> str:
-    """The stdout table (each accuracy ± its standard error), the paired gains of each stage,
-    ``report.json`` and ``report.png``."""
+           ctrl: dict[str, Any] | None = None, after_ctrl: dict[str, Any] | None = None,
+           tested: dict[str, Any] | None = None) -> str:
+    """The stdout table (each accuracy ± its standard error), the paired gains of each stage, the test
+    table of RL against its controls (``tested``, evidence.table), ``report.json`` and ``report.png``."""
     stage_s = sum(st.get("seconds", 0.0) for st in pipeline_report._stages(run_dir).values())
     cols = columns(before, after, after_rl, after_arm, after_ctrl)
     digits = sorted(set().union(*(c["accuracy_by_digits"] for _, c in cols)), key=int)
@@ -288,7 +289,7 @@ def report(run_dir: Path, before: dict[str, Any], after: dict[str, Any], sft: di
     if arm:
         clock = arm.get("budget_clock", "seconds")
         what = "CPU s" if clock == "cpu_seconds" else "s"
-        lines.append(f"  longer SFT: {arm['steps']} more SFT steps from the SFT checkpoint "
+        lines.append(f"  control, SFT same time: {arm['steps']} more SFT steps from the SFT checkpoint "
                      f"({arm.get(clock, arm['seconds']):.0f} {what}; the RLVR stage took "
                      f"{rl[clock] if rl else float('nan'):.0f} {what})")
     if ctrl:
@@ -327,17 +328,12 @@ def report(run_dir: Path, before: dict[str, Any], after: dict[str, Any], sft: di
         for part, g in subsets(gains_rl).items():
             lines.append(f"    {part:22s} {g['before']:6.3f} → {g['after']:6.3f}   gain {_gain(g)}  ({g['n']} tasks)")
         lines.append(f"  RL curves: {rl['rewards_png']}")
-        for label, other in (("longer SFT", arm), ("anchor alone", ctrl)):
-            other_val = (other or {}).get("rl_validation")
-            if not other_val:
-                continue
-            lines += ["", f"  the same RLVR validation tasks: {label} vs RL (RL − {label}, paired):"]
-            for dom, v in other_val["val"].items():
-                g = other_val["rl_minus_arm"].get("all" if dom == "mean" else dom)
-                lines.append(f"    {dom:14s} {label} {v:6.3f}   RL {rl['val_end'].get(dom, float('nan')):6.3f}"
-                             + (f"   RL − {label} {_gain(g)}" if g else ""))
-            for part, g in subsets(other_val["rl_minus_arm"]).items():
-                lines.append(f"    {part:22s} {label} {g['before']:6.3f}   RL {g['after']:6.3f}   RL − {label} {_gain(g)}")
+        if "all without flagged" in gains_rl:
+            g = gains_rl["all without flagged"]
+            lines.append(f"    {'all without flagged':22s} {g['before']:6.3f} → {g['after']:6.3f}   gain {_gain(g)}")
+        lines.append("  (that was the RL run's own validation, on dev: it chose the run's best checkpoint)")
+    if tested:
+        lines += [""] + evidence.lines(tested)
     lines += [
         "",
         f"  {n} held-out problems; stages {stage_s / 60:.1f} min wall summed (this invocation {total_s / 60:.1f} min: "
@@ -347,15 +343,15 @@ def report(run_dir: Path, before: dict[str, Any], after: dict[str, Any], sft: di
     (run_dir / "report.json").write_text(json.dumps({"before": before, "after": after, "sft": sft, "rl": rl,
                                                      "after_rl": after_rl, "sft_arm": arm, "after_sft_arm": after_arm,
                                                      "anchor_control": ctrl, "after_anchor_control": after_ctrl,
-                                                     "gains": gains, "seconds": total_s}, indent=2))
+                                                     "gains": gains, "test": tested, "seconds": total_s}, indent=2))
     _plot(run_dir, cols, digits, rl)
     return text
 
 
 def _gain(g: dict[str, Any]) -> str:
     star = "*" if abs(g["gain"]) > 2 * g["se"] else " "
-    guess = (f"  † {100 * g['one_letter'][1]:.0f}% of answers {g['one_letter'][0]}: a constant guess, not counted"
-             if "one_letter" in g else "")  # pipeline_report.validation_gains
+    guess = (f"  † {100 * g['one_letter'][1]:.0f}% of answers {g['one_letter'][0]}: a constant guess, kept in the pooled figure"
+             if "one_letter" in g else "")  # pipeline_report.domain_gains
     return f"{g['gain']:+6.1%} ± {g['se']:.1%}{star} (+{g['gained']}/-{g['lost']}){guess}"
 
 
@@ -489,8 +485,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", "-c", help="YAML with PipelineConfig fields (see recipes/pipeline.yaml)")
     p.add_argument("--fresh", action="store_true", help="delete the run directory first instead of resuming")
     p.add_argument("--no-rlvr", action="store_true", help="skip the RLVR stage (and its after-RL measurement)")
-    p.add_argument("--sft-arm", action="store_true",
-                   help="also continue SFT for the RLVR stage's wall time and measure it on the same held-out set")
+    p.add_argument("--no-controls", action="store_true",
+                   help="skip the two equal-compute SFT controls of the RLVR stage (SFT continued for its time and for "
+                        "its trained tokens, scored beside RL on the test table): the report then has no RL − control")
     p.add_argument("--anchor-control", action="store_true",
                    help="also train the RLVR stage's SFT anchor alone (same rows, lr and steps, no reward) and "
                         "measure it on the same held-out sets: what in the stage's gain is the reward's")
@@ -504,7 +501,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs="*", metavar="key=value", help="e.g. sft_steps=30 n_eval=200 rl_steps=20")
 
 
-FLAGS = (("quick", "--quick"), ("no_rlvr", "--no-rlvr"), ("sft_arm", "--sft-arm"),
+FLAGS = (("quick", "--quick"), ("no_rlvr", "--no-rlvr"), ("no_controls", "--no-controls"),
          ("anchor_control", "--anchor-control"), ("distill", "--distill"),
          ("rlhf", "--rlhf"), ("curation", "--curation"))
 
@@ -525,9 +522,11 @@ def run(args: argparse.Namespace) -> int:
 
     overrides = ([f"{k}={v}" for k, v in QUICK.items()] if args.quick else []) + list(args.overrides)
     for flag, field in (("curation", "curation=true"), ("distill", "distill=true"), ("no_rlvr", "rlvr=false"),
-                        ("rlhf", "rlhf=true"), ("sft_arm", "sft_arm=true"), ("anchor_control", "anchor_control=true")):
+                        ("rlhf", "rlhf=true"), ("anchor_control", "anchor_control=true")):
         if getattr(args, flag, False):
             overrides.append(field)
+    if getattr(args, "no_controls", False):
+        overrides += ["sft_arm=false", "tokens_arm=false"]
     cfg = load_config(PipelineConfig, args.config, overrides)
     with run_lock.hold(Path(cfg.run_dir), "posttrain pipeline") as run_dir:
         if args.fresh:
@@ -560,24 +559,28 @@ def _run(cfg: PipelineConfig, run_dir: Path, command: str) -> int:
     print(f"[pipeline] before: accuracy {before['accuracy']:.1%}, held-out loss {before['heldout_loss']:.3f}")
     sft = cached_stage(run_dir, "sft", lambda: run_sft(cfg, run_dir, data))
     after = cached_stage(run_dir, "after", lambda: measure(cfg, sft["checkpoint"], data, sampled=cfg.rlvr))
-    rl = after_rl = arm = after_arm = ctrl = after_ctrl = None
+    rl = after_rl = arm = ctrl = after_ctrl = tested = None
     if cfg.rlvr:
         rl = cached_stage(run_dir, "rlvr", lambda: run_rl(cfg, run_dir / "rl", sft["checkpoint"], cfg.rl_steps,
                                                      rlvr_envs(cfg), rlvr_stage=True))
         after_rl = cached_stage(run_dir, "after_rl", lambda: measure(cfg, rl["checkpoint"], data, sampled=True))
-        if cfg.sft_arm:
+        models = {"base": cfg.model, "sft": sft["checkpoint"], "rl": rl["checkpoint"]} if cfg.test_base else \
+            {"sft": sft["checkpoint"], "rl": rl["checkpoint"]}
+        if cfg.sft_arm:  # the equal-compute controls (experiments/evidence.py)
             arm = cached_stage(run_dir, "sft_arm", lambda: run_sft_arm(cfg, run_dir, data, sft, rl))
-            after_arm = cached_stage(run_dir, "after_sft_arm", lambda: measure(cfg, arm["checkpoint"], data, sampled=True))
-            arm_val = cached_stage(run_dir, "sft_arm_rl_validation",
-                                   lambda: validate_as_rl(Path(rl["run_dir"]), arm["checkpoint"], run_dir / "sft_arm"))
-            arm["rl_validation"] = arm_val
+            models["sft_arm"] = arm["checkpoint"]
+        if cfg.tokens_arm:
+            tok = cached_stage(run_dir, "tokens_arm", lambda: run_tokens_arm(cfg, run_dir, data, sft, rl))
+            models["tokens_arm"] = tok["checkpoint"]
         if cfg.anchor_control:
             ctrl = cached_stage(run_dir, "anchor_control", lambda: run_anchor_control(cfg, run_dir, data, sft))
             after_ctrl = cached_stage(run_dir, "after_anchor_control",
                                       lambda: measure(cfg, ctrl["checkpoint"], data, sampled=True))
-            ctrl["rl_validation"] = cached_stage(run_dir, "anchor_control_rl_validation", lambda: validate_as_rl(
-                Path(rl["run_dir"]), ctrl["checkpoint"], run_dir / "anchor_control"))
-    print(report(run_dir, before, after, sft, time.time() - t0, rl, after_rl, arm, after_arm, ctrl, after_ctrl))
+        scored = {name: cached_stage(run_dir, f"test_{name}", lambda m=model, n=name: evidence.test_records(
+            Path(rl["run_dir"]), m, run_dir / "test" / f"{n}.jsonl", cfg.rl_test_tasks, cfg.eval_batch_size))
+            for name, model in models.items()}
+        tested = evidence.table(scored)
+    print(report(run_dir, before, after, sft, time.time() - t0, rl, after_rl, arm, None, ctrl, after_ctrl, tested))
     sections: dict[str, str] = {}
     if cfg.distill:
         runs = run_distill(cfg, run_dir, sft)
@@ -597,9 +600,19 @@ def _run(cfg: PipelineConfig, run_dir: Path, command: str) -> int:
     return 0
 
 
+def run_tokens_arm(cfg: PipelineConfig, run_dir: Path, data: dict[str, Any], sft: dict[str, Any],
+                   rl: dict[str, Any]) -> dict[str, Any]:
+    """The same-tokens control: continue SFT from the SFT checkpoint on as many target tokens as the
+    RLVR stage trained on (``evidence.rl_trained_tokens``), with the same-time arm's data order and schedule."""
+    tokens = evidence.rl_trained_tokens(Path(rl["run_dir"]))
+    out = run_sft(cfg, run_dir, data, model=sft["checkpoint"], steps=evidence.tokens_budget(sft, tokens),
+                  name="tokens_arm", seed=cfg.seed + 1)
+    return {**out, "target_tokens": tokens}
+
+
 def run_sft_arm(cfg: PipelineConfig, run_dir: Path, data: dict[str, Any], sft: dict[str, Any],
                 rl: dict[str, Any]) -> dict[str, Any]:
-    """Continue SFT from the SFT checkpoint for the RLVR stage's time: as many steps as fit at the
+    """The same-time control: continue SFT from the SFT checkpoint for the RLVR stage's time: as many steps as fit at the
     SFT stage's measured pace (model loading and held-out loss included, as the RL stage's time
     includes its loading and validation). The budget is the stages' CPU time when both recorded it:
     on an idle machine it matches their wall times (both stages run the same threads), and on a
@@ -631,26 +644,6 @@ def run_anchor_control(cfg: PipelineConfig, run_dir: Path, data: dict[str, Any],
     out = run_sft(cfg, run_dir, data, model=sft["checkpoint"], steps=cfg.rl_steps, name="anchor_control",
                   batch_size=cfg.rl_anchor_rows, lr=cfg.rl_lr, constant=True, precision="fp32", freeze_layers=0)
     return {**out, "rows": cfg.rl_anchor_rows, "lr": cfg.rl_lr}
-
-
-def validate_as_rl(rl_dir: Path, model: str, out_dir: Path) -> dict[str, Any]:
-    """Score ``model`` on the RL run's own validation tasks, as the run scores itself (greedy, same
-    environments, prompts and token limit; ``posttrain validate -c <rl_dir>/config.yaml``), and its
-    paired gains against the RL run's last step: the longer-SFT arm on the RL stage's held-out set."""
-    from posttrain.configs import load_config
-    from posttrain.configs.rl import RLConfig
-    from posttrain.engines.hf import HFGenerator
-    from posttrain.envs.build import build_envs
-    from posttrain.train.validation import validate
-
-    rl_cfg = load_config(RLConfig, rl_dir / "config.yaml", [])
-    records = out_dir / "rl_validation.jsonl"
-    scores = validate(HFGenerator.from_spec(model, batch_size=rl_cfg.rollout.batch_size), build_envs(rl_cfg.envs),
-                      rl_cfg, records)
-    val = {k.split("/", 1)[1]: v for k, v in scores.items() if k.startswith("val_reward/")}
-    val["mean"] = scores.get("val_reward", float("nan"))
-    return {"model": model, "records": str(records), "val": val,
-            "rl_minus_arm": validation_gains(rl_dir, rl_cfg.train.steps, against=records)}
 
 
 def curation_section(cfg: PipelineConfig, run_dir: Path) -> str:

@@ -29,6 +29,7 @@ TRAINING_STAGES = {
     "sft": ("sft", "posttrain sft --config {d}/config.yaml"),
     "rlvr": ("rl", "posttrain rl --config {d}/config.yaml"),
     "sft_arm": ("sft_arm", "posttrain sft --config {d}/config.yaml"),
+    "tokens_arm": ("tokens_arm", "posttrain sft --config {d}/config.yaml"),
     "anchor_control": ("anchor_control", "posttrain sft --config {d}/config.yaml"),
     "specialist_math": ("specialist_math", "posttrain rl --config {d}/config.yaml"),
     "specialist_instruction": ("specialist_instruction", "posttrain rl --config {d}/config.yaml"),
@@ -132,7 +133,7 @@ def write(run_dir: Path, cfg: PipelineConfig, command: str, sections: dict[str, 
                   "most of all, is theirs and not the reward's. " + (
                       "The section *The reward's share* below measures the anchor alone beside it"
                       if rep.get("anchor_control") else "`--anchor-control` measures the anchor alone beside it")
-                  + "; `--sft-arm` compares the stage with more SFT.", ""]
+                  + "; the test table below compares it with more SFT for the same compute.", ""]
         L += [f"Its own held-out validation (greedy, {rl['val_tasks']} tasks per environment), step 0 → "
               f"{rl['steps']}:", "", "| environment | step 0 | last step | gain ± paired se |", "|---|---|---|---|"]
         paired = rl.get("val_gains", {})  # computed once by the RLVR stage (pipeline.run_rl)
@@ -141,20 +142,29 @@ def write(run_dir: Path, cfg: PipelineConfig, command: str, sections: dict[str, 
             L.append(f"| {dom} | {start:.3f} | {rl['val_end'].get(dom, float('nan')):.3f} | "
                      + (f"{g['gain']:+.3f} ± {g['se']:.3f}{_star(g)} |" if g else "|"))
         L += _subset_rows(paired)
-        L += ["", "\\* beyond two paired standard errors. The mean's gain pools every validated task except "
-              "those of a domain marked †. † the multiple-choice answers at the last step sit on one letter: "
-              "the score is a constant guess (chance on shuffled options), so that gain is not counted."]
+        if "all without flagged" in paired:
+            g = paired["all without flagged"]
+            L.append(f"| all without flagged ({g['n']} tasks) | {g['before']:.3f} | {g['after']:.3f} | "
+                     f"{g['gain']:+.3f} ± {g['se']:.3f}{_star(g)} |")
+        L += ["", "\\* beyond two paired standard errors. The mean's gain pools every validated task, a domain "
+              "marked † included. † the multiple-choice answers at the last step sit on one letter: the score is "
+              "a constant guess (chance on shuffled options); *all without flagged* shows the pool without it, "
+              "beside the pooled figure, never instead of it. This validation reads the dev split: the run "
+              "keeps its best checkpoint by it, so its figures are not the reported ones (the test table is)."]
         L += ["", f"![RL curves]({_rel(run_dir, rl['rewards_png'])})"]
     arm = rep.get("sft_arm")
-    if arm and rl:
-        L += ["", "## Longer SFT instead of RL", "",
-              f"The arm continues SFT from the SFT checkpoint for {arm['steps']} steps: as many as fit in the "
-              f"RLVR stage's {arm['target_seconds']:.0f} {_clock(arm)} at the SFT stage's pace of "
-              f"{arm['sft_seconds_per_step']} {_clock(arm)} a step; it took "
-              f"{st.get('sft_arm', {}).get(arm.get('budget_clock', 'seconds'), float('nan')):.0f} {_clock(arm)} "
-              f"({st.get('sft_arm', {}).get('seconds', float('nan')):.0f} s wall). Same held-out problems "
-              "(the table above, column *longer SFT*; gains *longer SFT − after SFT* and *RL − longer SFT*)."]
-        L += _versus_rl("longer SFT", arm, rl)
+    if rep.get("test") and rl:
+        L += ["", "## RL against equal-compute SFT, on test", ""]
+        if arm:
+            L.append(f"*SFT same time* continues SFT from the SFT checkpoint for {arm['steps']} steps: as many as fit "
+                     f"in the RLVR stage's {arm['target_seconds']:.0f} {_clock(arm)} at the SFT stage's pace of "
+                     f"{arm['sft_seconds_per_step']} {_clock(arm)} a step; it took "
+                     f"{st.get('sft_arm', {}).get(arm.get('budget_clock', 'seconds'), float('nan')):.0f} {_clock(arm)}.")
+        tok = st.get("tokens_arm")
+        if tok:
+            L.append(f"*SFT same tokens* continues it for {tok.get('steps')} steps: {tok.get('tokens_trained')} "
+                     f"target tokens against the RLVR stage's {tok.get('target_tokens')} (rollout + anchor tokens).")
+        L += [""] + test_table_md(rep["test"])
     ctrl = rep.get("anchor_control")
     if ctrl and rl:
         L += ["", "## The reward's share: RL against its anchor alone", "",
@@ -162,7 +172,6 @@ def write(run_dir: Path, cfg: PipelineConfig, command: str, sections: dict[str, 
               f"steps of {ctrl['rows']} conversations of the same data from the SFT checkpoint, at the stage's lr "
               f"{ctrl['lr']:g}, constant, fp32. Same held-out problems (column *anchor alone*; gains *anchor alone − "
               "after SFT* and *RL − anchor alone*, the latter what the reward adds)."]
-        L += _versus_rl("anchor alone", ctrl, rl)
     L += ["", "![report](report.png)", ""]
     for name, text in sections.items():
         L += [f"## {name}", "", "```", text.strip("\n"), "```", ""]
@@ -186,19 +195,23 @@ def write(run_dir: Path, cfg: PipelineConfig, command: str, sections: dict[str, 
     return out
 
 
-def _versus_rl(label: str, other: dict[str, Any], rl: dict[str, Any]) -> list[str]:
-    """An arm (longer SFT, the anchor alone) against the RL checkpoint on the RLVR stage's own
-    validation tasks, paired task by task."""
-    val = other.get("rl_validation")
-    if not val:
-        return []
-    L = ["", "On the RLVR stage's own validation tasks (greedy, the same tasks for both):", "",
-         f"| environment | {label} | RL | RL − {label} ± paired se |", "|---|---|---|---|"]
-    for dom, v in val["val"].items():
-        g = val["rl_minus_arm"].get("all" if dom == "mean" else dom)
-        L.append(f"| {dom} | {v:.3f} | {rl['val_end'].get(dom, float('nan')):.3f} | "
-                 + (f"{g['gain']:+.3f} ± {g['se']:.3f}{_star(g)} |" if g else "|"))
-    return L + _subset_rows(val["rl_minus_arm"])
+def test_table_md(t: dict[str, Any]) -> list[str]:
+    """The test table (experiments/evidence.table) as markdown: scores, then each comparison per row."""
+    from posttrain.experiments.evidence import COLUMNS
+
+    names = [n for n in COLUMNS if n in t["scores"]]
+    rows = list(t["scores"][names[0]])
+    L = [f"Every checkpoint greedily on the **test** split of the RLVR stage's environments ({t['n_tasks']} tasks "
+         "each, its prompt and token budget); nothing was chosen on these figures.", "",
+         "| row | " + " | ".join(COLUMNS[n] for n in names) + " |", "|---|" + "---|" * len(names)]
+    L += [f"| {row} | " + " | ".join(f"{t['scores'][n].get(row, float('nan')):.3f}" for n in names) + " |" for row in rows]
+    L += ["", "| comparison | " + " | ".join(rows) + " |", "|---|" + "---|" * len(rows)]
+    for title, gains in t["comparisons"].items():
+        L.append(f"| {title} | " + " | ".join(
+            f"{gains[r]['gain']:+.3f} ± {gains[r]['se']:.3f}{_star(gains[r])}" if r in gains else "" for r in rows) + " |")
+    L += ["", "± paired standard error over the same test tasks; \\* beyond two; † a constant multiple-choice "
+          "guess, kept in *all*."]
+    return L
 
 
 def anchor_phrase(rl: dict[str, Any]) -> str:
@@ -247,37 +260,59 @@ def validation_gains(out_dir: Path, step: int, against: Path | None = None) -> d
     """Per domain, and pooled over every validated task (``all``), the paired gain ± paired standard
     error of an RL run's greedy validation at ``step`` over step 0 (or over the per-task file
     ``against``: another model on the same tasks), task by task from the run's own records (as
-    ``posttrain validate --against`` computes it); empty when the records are missing.
-
-    A multiple-choice domain whose answers at ``step`` sit on one letter (``eval.compare.ONE_LETTER``)
-    is marked ``one_letter`` (letter, share): its score is a constant guess, so its gain is not counted
-    and ``all`` pools the other domains only."""
-    from dataclasses import asdict
-
-    from posttrain.envs.arithmetic import phrasing_of
-    from posttrain.eval.compare import ONE_LETTER, modal_choice, paired_gain, read_task_reasons, read_task_rewards
-
+    ``posttrain validate --against`` computes it); empty when the records are missing. The pooled
+    rule is ``domain_gains``'."""
     first = against or out_dir / "validation" / "step_000000.jsonl"
     last = out_dir / "validation" / f"step_{step:06d}.jsonl"
     if (against is None and step == 0) or not (first.is_file() and last.is_file()):
         return {}
-    a, b = read_task_rewards(first), read_task_rewards(last)
-    reasons = read_task_reasons(last)
+    return record_gains(first, last)
+
+
+def record_gains(first: Path, last: Path) -> dict[str, dict[str, Any]]:
+    """``domain_gains`` of two per-task record files (``validate``'s or the test table's JSONL)."""
+    from posttrain.eval.compare import read_task_reasons, read_task_rewards
+
+    return domain_gains(read_task_rewards(first), read_task_rewards(last), read_task_reasons(last))
+
+
+def domain_gains(a: dict[str, dict[str, float]], b: dict[str, dict[str, float]],
+                 reasons: dict[str, list[str]] | None = None) -> dict[str, dict[str, Any]]:
+    """Paired gains of ``b`` over ``a`` ({domain: {task id: reward}}) per domain, per wording of the
+    arithmetic problems (``"arithmetic · story"``), and pooled over every task of every domain
+    (``all``). No silent exclusions: a multiple-choice domain whose answers in ``b`` sit on one letter
+    (``eval.compare.ONE_LETTER``, read from ``reasons``) is flagged ``one_letter`` (letter, share) and
+    **stays in** ``all``, which then says ``flagged``; ``all without flagged`` is printed beside it,
+    never instead of it."""
+    from dataclasses import asdict
+
+    from posttrain.envs.arithmetic import phrasing_of
+    from posttrain.eval.compare import ONE_LETTER, modal_choice, paired_gain
+
     out: dict[str, dict[str, Any]] = {env: asdict(paired_gain(a[env], b[env])) for env in b if env in a}
     for env, g in out.items():
-        modal = modal_choice(reasons.get(env, []))
+        modal = modal_choice((reasons or {}).get(env, []))
         if modal and modal[1] >= ONE_LETTER:
             g["one_letter"] = [modal[0], round(modal[1], 3)]
-    counted = [env for env in out if "one_letter" not in out[env]]
-    if len(out) > 1 and counted:  # tasks of different domains have different ids: pool them under "<env>/<id>"
-        pool = [{f"{env}/{i}": r for env in counted for i, r in d[env].items()} for d in (a, b)]
-        out["all"] = asdict(paired_gain(*pool))
-        out["all"]["domains"] = counted
+    domains = list(out)
+    flagged = [env for env in domains if "one_letter" in out[env]]
+
+    def pooled(envs: list[str]) -> dict[str, Any]:  # tasks of different domains: pooled under "<env>/<id>"
+        pool = [{f"{env}/{i}": r for env in envs for i, r in d[env].items()} for d in (a, b)]
+        return {**asdict(paired_gain(*pool)), "domains": envs}
+
+    if len(domains) > 1:
+        out["all"] = pooled(domains)
+        if flagged:
+            out["all"]["flagged"] = flagged
+            if len(flagged) < len(domains):
+                out["all without flagged"] = pooled([e for e in domains if e not in flagged])
     if "arithmetic" in out:  # asked in several wordings (envs/arithmetic.py): the gain of each, "arithmetic · words"
         kinds = sorted({phrasing_of(i) for i in b["arithmetic"]})
         for kind in kinds if len(kinds) > 1 else []:
             sub = [{i: r for i, r in d["arithmetic"].items() if phrasing_of(i) == kind} for d in (a, b)]
-            out[f"arithmetic · {kind}"] = asdict(paired_gain(*sub))
+            if all(sub):
+                out[f"arithmetic · {kind}"] = asdict(paired_gain(*sub))
     return out
 
 

@@ -14,8 +14,10 @@ from typing import Any
 
 
 def validate(generator: Any, envs: dict[str, Any], cfg: Any, records: Path | None = None,
-             progress: bool = False) -> dict[str, float]:
+             progress: bool = False, split: str = "dev", n_tasks: int | None = None) -> dict[str, float]:
     """Greedy mean reward per environment on its validation tasks, and their mean (``val_reward``).
+    The RL run validates on ``dev`` (it keeps its best checkpoint by it: a choice); the pipeline's
+    test table scores checkpoints the same way on another split, ``n_tasks`` each instead of ``val_tasks``.
 
     ``records``: also write one JSONL row per task (``env, task_id, reward, reason, response_tokens,
     finish_reason, reasoning_tokens, answer_tokens``), so two checkpoints can be compared task by task (``eval.compare``)."""
@@ -26,9 +28,10 @@ def validate(generator: Any, envs: dict[str, Any], cfg: Any, records: Path | Non
     out: dict[str, float] = {}
     rows: list[dict[str, Any]] = []
     for spec in cfg.envs:
-        if spec.val_tasks:
-            with tqdm(total=spec.val_tasks, desc=f"validate {spec.name}", unit="task", disable=not progress) as bar:
-                r = evaluate(generator, envs[spec.name], "dev", spec.val_tasks, k=1, temperature=0.0,
+        n = n_tasks or spec.val_tasks
+        if n:
+            with tqdm(total=n, desc=f"validate {spec.name}", unit="task", disable=not progress) as bar:
+                r = evaluate(generator, envs[spec.name], split, n, k=1, temperature=0.0,
                              max_new_tokens=cfg.rollout.max_new_tokens, seed=spec.task_seed,
                              reasoning=cfg.rollout.reasoning, max_turns=cfg.rollout.max_turns, progress=bar)
             out[f"val_reward/{spec.name}"] = r.mean_reward

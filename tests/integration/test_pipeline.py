@@ -1,7 +1,7 @@
-"""``posttrain pipeline`` end to end on tiny-llama with tiny sizes, ``--distill``, ``--sft-arm`` and
-``--anchor-control`` included: every stage writes its JSON, the report has the after-RL, longer-SFT
-and anchor-alone columns, the paired
-gains and the RL run's validation, ``report.md`` and the TensorBoard events appear, the distill
+"""``posttrain pipeline`` end to end on tiny-llama with tiny sizes, ``--distill`` and
+``--anchor-control`` included: every stage writes its JSON, the report has the after-RL and
+anchor-alone columns, the paired gains, the RL run's (dev) validation and the test table of RL
+against its two equal-compute SFT controls, ``report.md`` and the TensorBoard events appear, the distill
 table and plot appear, a re-run reuses every stage, the checkpoints load; a Ctrl-C says where it
 stopped and how to resume, and the resumed run finishes.
 
@@ -28,32 +28,33 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 TINY = {
     "model": "tiny-llama", "n_train": 16, "n_eval": 4, "n_val_rows": 4, "sft_steps": 2, "sft_batch_size": 4,
-    "max_new_tokens": 8, "eval_batch_size": 4, "eval_samples": 2, "rl_steps": 2, "rl_val_tasks": 2, "rl_mix_val_tasks": 2, "rl_train_tasks": 4,
+    "max_new_tokens": 8, "eval_batch_size": 4, "eval_samples": 2, "rl_steps": 2, "rl_val_tasks": 2, "rl_test_tasks": 2, "rl_mix_val_tasks": 2, "rl_train_tasks": 4,
     "specialist_steps": 1, "distill_steps": 1, "rl_mix": "{arithmetic: 1.0, mcq: 1.0}", "rl_mix_train_tasks": 4,
     "rl_overrides": "[rollout.prompts_per_step=3, rollout.group_size=2, rollout.max_new_tokens=6, "
                     "algo.overlong_filter=false, optim.lr=1e-3]",
 }
-STAGES = ["data", "before", "sft", "after", "rlvr", "after_rl", "sft_arm", "after_sft_arm", "sft_arm_rl_validation",
-          "anchor_control", "after_anchor_control", "anchor_control_rl_validation", "specialist_math",
-          "specialist_instruction", "mopd"]
+STAGES = ["data", "before", "sft", "after", "rlvr", "after_rl", "sft_arm", "tokens_arm", "anchor_control",
+          "after_anchor_control", "test_base", "test_sft", "test_rl", "test_sft_arm", "test_tokens_arm",
+          "specialist_math", "specialist_instruction", "mopd"]
 
 
 def _args(run_dir, **flags) -> argparse.Namespace:
     over = [f"{k}={v}" for k, v in {**TINY, "run_dir": run_dir}.items()]
     defaults = {"quick": False, "config": None, "fresh": False, "curation": False, "distill": False, "no_rlvr": False,
-                "rlhf": False, "sft_arm": False, "anchor_control": False}
+                "rlhf": False, "no_controls": False, "anchor_control": False}
     return argparse.Namespace(overrides=over, **{**defaults, **flags})
 
 
 def test_pipeline_with_rlvr_and_distill_reports_resumes_and_writes_loadable_checkpoints(tmp_path, capsys):
     run_dir = tmp_path / "pipe"
-    assert pipeline.run(_args(run_dir, distill=True, sft_arm=True, anchor_control=True)) == 0
+    assert pipeline.run(_args(run_dir, distill=True, anchor_control=True)) == 0
     out = capsys.readouterr().out
     assert sorted(p.stem for p in (run_dir / "stages").glob("*.json")) == sorted(STAGES)
-    assert "after SFT      after RL    longer SFT  anchor alone" in out and "RLVR held-out validation reward" in out
+    assert "after SFT      after RL  anchor alone" in out and "RLVR held-out validation reward" in out
     for dom in ("arithmetic", "mcq", "mean"):
         assert f"    {dom}" in out
-    assert "RL (after RL − after SFT)" in out and "RL − longer SFT" in out and "± " in out
+    assert "RL (after RL − after SFT)" in out and "RL − SFT same time (paired" in out and "± " in out
+    assert "RL − SFT same tokens (paired" in out and "test split (greedy, 2 tasks per environment" in out
     assert "base (SFT)" in out and "MOPD student" in out
     for name in ("report.png", "distill.png", "rl/rewards.png", "mopd/rewards.png", "report.md", "pipeline.yaml"):
         assert (run_dir / name).exists(), name
@@ -67,26 +68,36 @@ def test_pipeline_with_rlvr_and_distill_reports_resumes_and_writes_loadable_chec
     assert {k for k in rl["val_gains"] if " · " not in k} == {"arithmetic", "mcq", "all"}
     assert rl["val_gains"]["all"]["n"] == 2 * TINY["rl_val_tasks"]
     assert len(rep["after"]["per_task"]) == TINY["n_eval"]
-    assert set(rep["gains"]) == {"SFT (after SFT − before)", "RL (after RL − after SFT)", "longer SFT − after SFT",
-                                 "RL − longer SFT", "anchor alone − after SFT", "RL − anchor alone"}
+    assert set(rep["gains"]) == {"SFT (after SFT − before)", "RL (after RL − after SFT)", "anchor alone − after SFT",
+                                 "RL − anchor alone"}
     assert rep["gains"]["SFT (after SFT − before)"]["accuracy"]["n"] == TINY["n_eval"]
     # sampled accuracy (pass@1 of eval_samples answers) for the checkpoints RL is compared with only
     assert "sampled_accuracy" not in rep["before"] and rep["after"]["sampled_k"] == 2
     assert all(t["sampled"] in (0.0, 0.5, 1.0) for t in rep["after_rl"]["per_task"])
     assert "sampled" not in rep["gains"]["SFT (after SFT − before)"]
     assert rep["gains"]["RL (after RL − after SFT)"]["sampled"]["n"] == TINY["n_eval"]
-    assert "sampled" in rep["gains"]["RL − longer SFT"]
     arm = rep["sft_arm"]  # continued from the SFT checkpoint for about the RL stage's wall time
     sft_stage = json.loads((run_dir / "stages" / "sft.json").read_text())
     clock = arm["budget_clock"]  # CPU time when both stages recorded it: a shared machine's wall time is not the stage's
     assert clock == "cpu_seconds" and arm["model"] == sft_stage["checkpoint"] and arm["target_seconds"] == rl[clock]
     assert (clock, arm["steps"]) == pipeline.arm_budget(sft_stage, rl)[::2]
-    assert rep["after_sft_arm"]["model"] == arm["checkpoint"]
-    # ... and scored on the RL stage's own validation tasks, paired with the RL checkpoint's records
-    arm_val = arm["rl_validation"]
-    assert arm_val["model"] == arm["checkpoint"] and set(arm_val["val"]) == {"arithmetic", "mcq", "mean"}
-    assert {k for k in arm_val["rl_minus_arm"] if " · " not in k} == {"arithmetic", "mcq", "all"}
-    assert "longer SFT vs RL (RL − longer SFT, paired)" in out
+    # the same-tokens control: as many SFT target tokens as the RL stage trained (rollouts + anchor rows)
+    tok = json.loads((run_dir / "stages" / "tokens_arm.json").read_text())
+    from posttrain.experiments import evidence
+
+    assert tok["target_tokens"] == evidence.rl_trained_tokens(run_dir / "rl") > 0
+    assert tok["steps"] == evidence.tokens_budget(sft_stage, tok["target_tokens"]) and tok["model"] == sft_stage["checkpoint"]
+    # every checkpoint on the test split of the RL stage's environments, paired task by task
+    test = rep["test"]
+    assert set(test["scores"]) == {"base", "sft", "rl", "sft_arm", "tokens_arm"}
+    assert {k for k in test["comparisons"]["RL − SFT same time"] if " · " not in k} == {"arithmetic", "mcq", "all"}
+    assert test["comparisons"]["RL − SFT same tokens"]["all"]["n"] == 2 * TINY["rl_val_tasks"]
+    from posttrain.eval.compare import read_task_rewards
+    from posttrain.envs.splits import split_of
+
+    tested = read_task_rewards(run_dir / "test" / "rl.jsonl")
+    assert set(tested) == {"arithmetic", "mcq"}
+    assert all(split_of(i) == "test" for i in tested["mcq"])  # mcq ids are content hashes: their split is the rule's
     # the anchor alone: the RLVR stage's SFT rows without the reward, from the SFT checkpoint
     ctrl = rep["anchor_control"]
     ctrl_cfg = yaml.safe_load((run_dir / "anchor_control" / "config.yaml").read_text())
@@ -96,27 +107,26 @@ def test_pipeline_with_rlvr_and_distill_reports_resumes_and_writes_loadable_chec
     assert ctrl_cfg["optim"]["warmup_steps"] == 0 and ctrl_cfg["optim"]["decay_frac"] == 0
     assert ctrl_cfg["data"]["train"][0]["path"] == str(run_dir / "data" / "train.jsonl")
     assert rep["after_anchor_control"]["model"] == ctrl["checkpoint"] and "sampled" in rep["gains"]["RL − anchor alone"]
-    assert {k for k in ctrl["rl_validation"]["rl_minus_arm"] if " · " not in k} == {"arithmetic", "mcq", "all"}
-    assert "anchor alone vs RL (RL − anchor alone, paired)" in out and "anchor alone: 2 SFT steps of 8 rows" in out
+    assert "anchor alone: 2 SFT steps of 8 rows" in out
     dist = json.loads((run_dir / "distill.json").read_text())
     assert list(dist["validation"]) == ["base (SFT)", "math_rl", "instruction_rl", "MOPD student"]
 
     md = (run_dir / "report.md").read_text()
-    for text in ("| answer accuracy |", "paired", "## RLVR", "## Longer SFT instead of RL", "## distill",
-                 "| RL − longer SFT ± paired se |", "## The reward's share: RL against its anchor alone",
-                 "| RL − anchor alone ± paired se |", "The section *The reward's share* below",
+    for text in ("| answer accuracy |", "paired", "## RLVR", "## RL against equal-compute SFT, on test", "## distill",
+                 "| RL − SFT same time |", "*SFT same tokens* continues it", "## The reward's share: RL against its anchor alone",
+                 "The section *The reward's share* below", "This validation reads the dev split",
                  "[anchor_control/](anchor_control/)", "pools every validated task", "| sampled accuracy (2 samples",
                  "| comparison | sampled accuracy gain ± paired se |",
                  "![report](report.png)", "posttrain rl --config", "posttrain sft --config", "[rl/](rl/)",
                  "tensorboard --logdir", "load avg"):
         assert text in md, text
-    for sub in ("sft", "rlvr", "sft_arm", "anchor_control", "mopd", "pipeline"):
+    for sub in ("sft", "rlvr", "sft_arm", "tokens_arm", "anchor_control", "mopd", "pipeline"):
         assert list((run_dir / "tb" / sub).glob("events.out.tfevents.*")), sub
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(str(run_dir / "tb" / "pipeline"))
     acc.Reload()
-    assert [e.step for e in acc.Scalars("heldout/accuracy")] == [0, 1, 2, 3, 4]
+    assert [e.step for e in acc.Scalars("heldout/accuracy")] == [0, 1, 2, 3]
     sft_tb = EventAccumulator(str(run_dir / "tb" / "sft"))
     sft_tb.Reload()
     assert "loss" in sft_tb.Tags()["scalars"]
@@ -152,7 +162,7 @@ def test_pipeline_with_rlvr_and_distill_reports_resumes_and_writes_loadable_chec
 
     # a re-run reuses every stage and prints the same report
     stamps = {p.name: p.stat().st_mtime_ns for p in (run_dir / "stages").glob("*.json")}
-    assert pipeline.run(_args(run_dir, distill=True, sft_arm=True, anchor_control=True)) == 0
+    assert pipeline.run(_args(run_dir, distill=True, anchor_control=True)) == 0
     again = capsys.readouterr().out
     assert all(f"{s}: done earlier" in again for s in STAGES)
     assert "after RL" in again and "MOPD student" in again

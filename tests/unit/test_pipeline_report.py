@@ -56,10 +56,10 @@ def test_anchor_control_needs_the_rlvr_stage_and_its_anchor():
 
 
 def test_resume_command_repeats_the_run_without_fresh():
-    args = argparse.Namespace(quick=True, fresh=True, no_rlvr=False, sft_arm=True, distill=False, rlhf=False,
+    args = argparse.Namespace(quick=True, fresh=True, no_rlvr=False, no_controls=True, distill=False, rlhf=False,
                               anchor_control=True, curation=False, config="my recipe.yaml",
                               overrides=["seed=2", "rl_overrides=[a=1, b=2]"])
-    assert resume_command(args) == ("posttrain pipeline --quick --sft-arm --anchor-control --config 'my recipe.yaml' seed=2 "
+    assert resume_command(args) == ("posttrain pipeline --quick --no-controls --anchor-control --config 'my recipe.yaml' seed=2 "
                                     "'rl_overrides=[a=1, b=2]'")
 
 
@@ -87,11 +87,13 @@ def test_validation_gains_per_domain_and_pooled_over_every_task(tmp_path):
     vs = validation_gains(tmp_path, 4, against=tmp_path / "arm.jsonl")
     assert (vs["arithmetic"]["gain"], vs["mcq"]["gain"], vs["all"]["gain"]) == (0.0, 0.5, 0.25)
     assert validation_gains(tmp_path, 0) == {} and validation_gains(tmp_path, 8) == {}  # nothing to pair
+    assert "flagged" not in g["all"] and "all without flagged" not in g  # nothing flagged: one pooled figure
 
 
-def test_a_multiple_choice_domain_answered_with_one_letter_is_not_counted(tmp_path):
+def test_a_multiple_choice_domain_answered_with_one_letter_is_flagged_and_stays_in_the_pool(tmp_path):
     """The RLVR stage taught mcq to answer "C" to every question (chance on shuffled options): its
-    gain is marked and left out of the pooled gain, which then pools the other domains only."""
+    gain is flagged, and the pooled gain still counts it (no silent exclusion); the pool without it
+    is given beside, never instead."""
     from posttrain.experiments.pipeline_report import _star, validation_gains
 
     def write(path, rows):
@@ -108,7 +110,10 @@ def test_a_multiple_choice_domain_answered_with_one_letter_is_not_counted(tmp_pa
     g = validation_gains(tmp_path, 2)
     assert g["mcq"]["gain"] == pytest.approx(0.3) and g["mcq"]["one_letter"] == ["C", 1.0]
     assert "one_letter" not in g["arithmetic"]
-    assert g["all"]["n"] == 4 and g["all"]["domains"] == ["arithmetic"] and g["all"]["gain"] == 0.5
+    assert g["all"]["n"] == 14 and g["all"]["domains"] == ["arithmetic", "mcq"] and g["all"]["flagged"] == ["mcq"]
+    assert g["all"]["gain"] == pytest.approx(0.5 / 14 * 4 + 0.3 / 14 * 10)
+    without = g["all without flagged"]
+    assert without["n"] == 4 and without["domains"] == ["arithmetic"] and without["gain"] == 0.5
     assert "\\*" not in _star(g["mcq"]) and "100% of answers C" in _star(g["mcq"])
 
 

@@ -112,7 +112,8 @@ REPORTING_ONLY = {
     "posttrain/envs/splits.py": "the rule itself",
     "posttrain/envs/gym_client.py": "cuts a held-out dataset into dev and test",
     "posttrain/data/synthetic.py": "arithmetic_tasks' default: the reported problems",
-    "posttrain/experiments/pipeline.py": "the per-domain test table of the final report",
+    "posttrain/experiments/evidence.py": "scores the final checkpoints for the report's test table; the RL run "
+                                         "chose its checkpoint on dev",
     "posttrain/experiments/pipeline_report.py": "writes the test table",
     "bench/pipeline.py": "reads the reports' test figures (chooses nothing: one row per run)",
     "bench/external_benchmarks.py": "reports benchmark figures",

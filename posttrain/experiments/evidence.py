@@ -1,0 +1,122 @@
+"""Does the reward earn its place? The RLVR stage against its equal-compute SFT controls, on ``test``.
+
+A gain of RL over the SFT checkpoint says nothing about the reward: the stage also trains (its SFT
+anchor's rows, and simply more steps). The control that matters is *the same start given the same
+compute of the obvious alternative*: more SFT on the same data. Two controls, both from the SFT
+checkpoint on the SFT stage's data and schedule:
+
+* **same time** (``sft_arm``) — as many SFT steps as fit in the RLVR stage's time at the SFT stage's
+  pace (``pipeline.arm_budget``);
+* **same tokens** (``tokens_arm``) — as many SFT steps as it takes to train on as many target tokens
+  as the RLVR stage trained on (its rollouts' policy-gradient tokens plus its anchor's rows:
+  ``rl_trained_tokens``), at the SFT stage's tokens per step (``tokens_budget``).
+
+Every checkpoint (base, SFT, RL, each control) is then scored greedily on the **test** split of the
+RLVR stage's own environments (``rl_test_tasks`` each, the rollout's prompt and token budget;
+``train.validation.validate`` on ``test``), and compared task by task (``pipeline_report.domain_gains``:
+per domain, per wording of the arithmetic problems, pooled; a collapsed multiple-choice domain is
+flagged and stays in the pooled figure). Nothing is chosen on these figures: the RL run keeps its
+checkpoint by its dev validation, and the pipeline reports its last one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from posttrain.experiments.pipeline_report import record_gains
+
+CONTROLS = {"sft_arm": "SFT same time", "tokens_arm": "SFT same tokens"}
+"""Control stage name → its column in the test table."""
+
+
+def rl_trained_tokens(rl_dir: Path) -> int:
+    """Target tokens the RL run trained on: each step's policy-gradient tokens and anchor rows' tokens."""
+    from posttrain.train.metrics import read_metrics
+
+    rows = [r for r in read_metrics(rl_dir) if "tokens_in_batch" in r]
+    return int(sum(r["tokens_in_batch"] + r.get("anchor_tokens", 0.0) for r in rows))
+
+
+def tokens_budget(sft: dict[str, Any], tokens: int) -> int:
+    """SFT steps that train on about ``tokens`` target tokens at the SFT stage's tokens per step (>= 1)."""
+    per_step = max(sft["tokens_trained"] / max(sft["steps"], 1), 1.0)
+    return max(1, round(tokens / per_step))
+
+
+def test_records(rl_dir: Path, model: str, out: Path, n_tasks: int, batch_size: int) -> dict[str, Any]:
+    """Greedy rewards of ``model`` on ``n_tasks`` test tasks of each of the RL run's environments, with
+    the run's prompt and token budget; per-task records in ``out`` (``validate``'s JSONL)."""
+    from posttrain.configs import load_config
+    from posttrain.configs.rl import RLConfig
+    from posttrain.engines.hf import HFGenerator
+    from posttrain.envs.build import build_envs
+    from posttrain.train.validation import validate
+
+    rl_cfg = load_config(RLConfig, rl_dir / "config.yaml", [])
+    scores = validate(HFGenerator.from_spec(model, batch_size=batch_size), build_envs(rl_cfg.envs), rl_cfg, out,
+                      split="test", n_tasks=n_tasks)
+    return {"model": model, "records": str(out), "n_tasks": n_tasks,
+            "mean": {k.split("/", 1)[1]: v for k, v in scores.items() if k.startswith("val_reward/")}}
+
+
+def comparisons(models: dict[str, dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """The paired comparisons of the test table, from the checkpoints scored (``test_records`` each):
+    RL − SFT, RL − each control, each control − SFT, SFT − base."""
+    pairs = [("RL − SFT", "sft", "rl")]
+    pairs += [(f"RL − {label}", name, "rl") for name, label in CONTROLS.items()]
+    pairs += [(f"{label} − SFT", "sft", name) for name, label in CONTROLS.items()]
+    pairs += [("SFT − base", "base", "sft")]
+    return {title: record_gains(Path(models[a]["records"]), Path(models[b]["records"]))
+            for title, a, b in pairs if a in models and b in models}
+
+
+def table(models: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Per domain (and wording) and pooled: each checkpoint's mean test reward and the comparisons."""
+    cmp = comparisons(models)
+    scores: dict[str, dict[str, float]] = {}
+    for name, m in models.items():
+        ref = record_gains(Path(m["records"]), Path(m["records"]))  # a model against itself: its means per row
+        scores[name] = {row: g["after"] for row, g in ref.items()}
+    return {"scores": scores, "comparisons": cmp, "n_tasks": next(iter(models.values()))["n_tasks"]}
+
+
+COLUMNS = {"base": "base", "sft": "SFT", "rl": "SFT + RL", **CONTROLS}
+
+
+def lines(t: dict[str, Any]) -> list[str]:
+    """The report's test section on stdout: scores per row, then RL against each control."""
+    rows = list(next(iter(t["scores"].values())))
+    names = [n for n in COLUMNS if n in t["scores"]]
+    out = [f"  test split (greedy, {t['n_tasks']} tasks per environment; chosen on nothing):",
+           f"    {'':24s}" + "".join(f"{COLUMNS[n]:>16s}" for n in names)]
+    for row in rows:
+        out.append(f"    {row:24s}" + "".join(f"{t['scores'][n].get(row, float('nan')):16.3f}" for n in names))
+    for title, gains in t["comparisons"].items():
+        if not title.startswith("RL − "):
+            continue
+        out.append(f"  {title} (paired per task; * beyond 2 se):")
+        for row, g in gains.items():
+            out.append(f"    {row:24s} {gain_text(g)}")
+    return out
+
+
+def gain_text(g: dict[str, Any]) -> str:
+    star = "*" if abs(g["gain"]) > 2 * g["se"] else " "
+    flag = ""
+    if "one_letter" in g:
+        flag = f"  flagged: {100 * g['one_letter'][1]:.0f}% of answers {g['one_letter'][0]} (a constant guess; kept in all)"
+    elif "flagged" in g:
+        flag = f"  (includes flagged {', '.join(g['flagged'])})"
+    return f"{g['gain']:+.3f} ± {g['se']:.3f}{star} (+{g['gained']}/-{g['lost']}, {g['n']} tasks){flag}"
+
+
+def headline(t: dict[str, Any], control: str = "RL − SFT same time") -> dict[str, Any] | None:
+    """The pooled figure of one comparison (``all``, or the only domain when there is one)."""
+    gains = t["comparisons"].get(control)
+    if not gains:
+        return None
+    if "all" in gains:
+        return gains["all"]
+    domains = [k for k in gains if " · " not in k and k != "all without flagged"]
+    return gains[domains[0]] if len(domains) == 1 else None

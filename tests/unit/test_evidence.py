@@ -1,0 +1,60 @@
+"""The RL-vs-control evidence (experiments/evidence.py): the controls' budgets and the test table,
+pure functions on records written here."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from posttrain.experiments import evidence
+
+
+def _records(path, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"env": env, "task_id": tid, "reward": r, "reason": "x"}) + "\n"
+                            for env, tasks in rows.items() for tid, r in tasks.items()))
+    return {"records": str(path), "n_tasks": 4}
+
+
+def test_rl_trained_tokens_counts_policy_gradient_and_anchor_tokens(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [
+        {"step": 1, "tokens_in_batch": 100.0, "anchor_tokens": 40.0, "loss": 0.1},
+        {"step": 2, "tokens_in_batch": 60.0, "loss": 0.1},  # a step without the anchor
+        {"step": 2, "val_reward": 0.5},  # a validation row trains nothing
+    ]))
+    assert evidence.rl_trained_tokens(tmp_path) == 200
+    assert evidence.rl_trained_tokens(tmp_path / "missing") == 0
+
+
+def test_tokens_budget_matches_the_sft_stage_tokens_per_step():
+    sft = {"tokens_trained": 1000, "steps": 10}  # 100 target tokens a step
+    assert evidence.tokens_budget(sft, 450) == 4 and evidence.tokens_budget(sft, 460) == 5
+    assert evidence.tokens_budget(sft, 0) == 1  # an RL stage that trained nothing still gets a control step
+    assert evidence.tokens_budget({"tokens_trained": 0, "steps": 0}, 10) == 10  # no pace: one token a step at worst
+
+
+def test_table_pairs_rl_with_each_control_per_domain_wording_and_pooled(tmp_path):
+    ids = ["arith-1+2", "arith-story-3+4", "arith-words-5-6", "arith-7*8"]
+    sft = _records(tmp_path / "sft.jsonl", {"arithmetic": dict(zip(ids, [1, 0, 0, 0])), "mcq": {"m0": 0, "m1": 1}})
+    rl = _records(tmp_path / "rl.jsonl", {"arithmetic": dict(zip(ids, [1, 1, 1, 0])), "mcq": {"m0": 0, "m1": 1}})
+    arm = _records(tmp_path / "arm.jsonl", {"arithmetic": dict(zip(ids, [1, 0, 0, 1])), "mcq": {"m0": 1, "m1": 1}})
+    t = evidence.table({"sft": sft, "rl": rl, "sft_arm": arm})
+    assert set(t["comparisons"]) == {"RL − SFT", "RL − SFT same time", "SFT same time − SFT"}
+    vs = t["comparisons"]["RL − SFT same time"]
+    assert vs["arithmetic"]["gain"] == pytest.approx(0.25) and vs["mcq"]["gain"] == -0.5
+    assert vs["all"]["n"] == 6 and vs["all"]["gain"] == pytest.approx(0.0)  # +1 arithmetic task, -1 mcq task
+    assert vs["arithmetic · story"]["gain"] == 1.0 and vs["arithmetic · plain"]["n"] == 2
+    assert t["scores"]["rl"]["arithmetic"] == 0.75 and t["scores"]["sft_arm"]["mcq"] == 1.0
+    assert evidence.headline(t)["gain"] == pytest.approx(0.0)
+    text = "\n".join(evidence.lines(t))
+    assert "RL − SFT same time (paired per task" in text and "SFT same time − SFT (paired" not in text
+    assert "arithmetic · story" in text and "SFT + RL" in text
+
+
+def test_a_control_missing_from_the_run_leaves_its_comparisons_out(tmp_path):
+    sft = _records(tmp_path / "sft.jsonl", {"arithmetic": {"arith-1+2": 0}})
+    rl = _records(tmp_path / "rl.jsonl", {"arithmetic": {"arith-1+2": 1}})
+    t = evidence.table({"sft": sft, "rl": rl})
+    assert list(t["comparisons"]) == ["RL − SFT"] and evidence.headline(t) is None  # no control: no headline
+    assert evidence.headline(t, "RL − SFT")["gain"] == 1.0  # one domain: its figure is the pooled one
