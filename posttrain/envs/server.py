@@ -45,11 +45,13 @@ well-formed request gets a 500 whose body names the exception (the traceback sta
 Every error is a JSON ``{"detail": ...}``, never a plain-text page. Tool names that equal one of the
 endpoints above are shadowed by the endpoint.
 
-What the server keeps is bounded (docs/env_server.md, "Limits"): ``/tasks`` answers at most
-``max_tasks_per_request`` tasks (page with ``offset``), and the sessions and the tasks it remembers
-are each capped by count and by total size (the JSON size of the tasks and of what the sessions'
-steps exchanged), the least recently used dropped first; so is the table of closed session ids
-that makes a seed after its close a 409.
+What the server reads and keeps is bounded (docs/env_server.md, "Limits"; each bound is a
+``create_app`` keyword and a ``posttrain serve-env`` flag): a request body over ``max_body_bytes``
+is a 413 before any of it is parsed (by its Content-Length, or counted as it streams in without
+one), ``/tasks`` answers at most ``max_tasks_per_request`` tasks (page with ``offset``), and the
+sessions and the tasks it remembers are each capped by count and by total size (the JSON size of
+the tasks and of what the sessions' steps exchanged), the least recently used dropped first; so is
+the table of closed session ids that makes a seed after its close a 409.
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field
 
 from posttrain.envs.base import Environment, Episode, Message, Task, make_env
+from posttrain.envs.splits import check_split
 from posttrain.engines.openai_compat import arguments_json, assign_tool_call_ids, tool_to_responses
 from posttrain.models.chat_template import ToolCallParseError, load_json_bounded
 
@@ -83,8 +86,10 @@ SESSION_HEADER = "X-Session-Id"
 DONE_HEADER = "X-Episode-Done"
 INPUT_ROLES = ("system", "developer", "user")
 
-# Limits (docs/env_server.md, "Limits"). Sizes are the JSON size of what is kept, not Python's
-# in-memory size, which is a few times larger.
+# Limits (docs/env_server.md, "Limits"): the defaults of create_app's keywords and serve-env's flags
+# (LIMIT_FLAGS). Sizes are the JSON size of what is kept, not Python's in-memory size, which is a few
+# times larger.
+MAX_BODY_BYTES = 1 << 20  # one request body, as sent; the built-in envs' are tens of kB at most
 MAX_TASKS_PER_REQUEST = 1_000  # one /tasks answer; ~0.5-5 MB of JSON for the built-in envs
 MAX_TASK_INDEX = 100_000  # offset + n of one /tasks request: the env builds every task before it
 MAX_SESSIONS = 10_000
@@ -609,6 +614,62 @@ class _StrictJSONRoute(APIRoute):
         return strict_handler
 
 
+class _BodyTooLarge(HTTPException):
+    """Raised by ``_BodyLimit``'s receive while a body streams in past the bound. An HTTPException, so
+    FastAPI's body reading passes it on (it turns other errors into a 400) and it answers a JSON 413."""
+
+
+class _BodyLimit:
+    """ASGI middleware: a request whose body is over ``max_bytes`` gets a 413 (one line of JSON,
+    ``{"detail": ...}``) before any of it is parsed. A Content-Length over the bound is answered at
+    once, without reading the body; a body without one (chunked) is counted as it is read and
+    refused at the piece that crosses the bound, so no more than ``max_bytes`` (plus one piece as the
+    server hands it over) is ever held. The unread rest is drained by the server, which keeps the connection usable."""
+
+    def __init__(self, app: Any, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    def detail(self, declared: int | None) -> str:
+        size = f"{declared} bytes" if declared is not None else f"over {self.max_bytes} bytes"
+        return (f"request body too large: {size}, more than the {self.max_bytes} bytes this server "
+                "accepts (posttrain serve-env --max-body-bytes)")
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = None
+        for key, value in scope.get("headers") or []:
+            if key.lower() == b"content-length":
+                with contextlib.suppress(ValueError):  # the HTTP parser rejects malformed ones first
+                    declared = int(value)
+        if declared is not None and declared > self.max_bytes:
+            await JSONResponse({"detail": self.detail(declared)}, status_code=413)(scope, receive, send)
+            return
+        seen, started = 0, False
+
+        async def counted_receive() -> dict[str, Any]:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise _BodyTooLarge(413, self.detail(None))
+            return message
+
+        async def watched_send(message: dict[str, Any]) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counted_receive, watched_send)
+        except _BodyTooLarge as e:  # read outside a route's body parsing (normally FastAPI answers it)
+            if started:
+                raise
+            await JSONResponse({"detail": e.detail}, status_code=413)(scope, receive, send)
+
+
 async def _unhandled(request: Request, exc: Exception) -> JSONResponse:
     """Catch-all: whatever escapes an endpoint (or its answer's serialization) is a JSON 500 naming
     the exception, never Starlette's plain-text "Internal Server Error"."""
@@ -740,14 +801,25 @@ def create_app(
     max_session_bytes: int = MAX_SESSION_BYTES,
     max_task_bytes: int = MAX_TASK_BYTES,
     max_tasks_per_request: int = MAX_TASKS_PER_REQUEST,
+    max_task_index: int = MAX_TASK_INDEX,
+    max_body_bytes: int = MAX_BODY_BYTES,
 ) -> FastAPI:
     """A FastAPI app serving ``env``. Endpoints are plain (sync) functions: FastAPI runs them in its
-    thread pool, so a slow verifier does not block the event loop."""
+    thread pool, so a slow verifier does not block the event loop. The limits (docs/env_server.md,
+    "Limits") must be whole numbers of at least 1; ``app.state.limits`` holds them."""
+    limits = dict(max_sessions=max_sessions, max_tasks=max_tasks, max_session_bytes=max_session_bytes,
+                  max_task_bytes=max_task_bytes, max_tasks_per_request=max_tasks_per_request,
+                  max_task_index=max_task_index, max_body_bytes=max_body_bytes)
+    for key, value in limits.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"create_app: {key} must be a whole number of at least 1, got {value!r}")
     app = FastAPI(title=f"posttrain environment {env.name!r}")
     app.router.route_class = _StrictJSONRoute  # before any route is added: every body is checked
     app.add_exception_handler(Exception, _unhandled)
+    app.add_middleware(_BodyLimit, max_bytes=max_body_bytes)  # before routing and any parsing
     state = _State(env, max_sessions, max_tasks, max_session_bytes, max_task_bytes)
     app.state.posttrain = state
+    app.state.limits = limits
 
     @app.get("/health")
     def health() -> dict[str, Any]:
@@ -759,24 +831,29 @@ def create_app(
             "sessions": len(state.sessions),
             "session_bytes": state.sessions.bytes,
             "max_tasks_per_request": max_tasks_per_request,
+            "max_body_bytes": max_body_bytes,
         }
 
     @app.get("/tasks")
     def tasks(
-        split: Literal["train", "validation"] = "train",
+        split: str = "train",
         n: int | None = Query(default=None, ge=0),
         seed: int = 0,
         format: Literal["posttrain", "gym"] = "posttrain",
         offset: int = Query(default=0, ge=0),
     ) -> dict[str, Any]:
+        try:  # train, dev or test (envs/splits.py); the old "validation" gets the line saying which
+            check_split(split)
+        except ValueError as e:
+            raise HTTPException(422, f"split: {e}") from None
         # Bounded: n=100,000 once answered 44 MB and kept 150 MB (issue 12, item 17). Larger lists
         # come in pages: tasks [offset, offset + n) of env.tasks(split, offset + n, seed), which is
         # the same list because environments build tasks in a fixed order (a prefix is stable).
         if n is not None and n > max_tasks_per_request:
             raise HTTPException(422, f"n={n} is more than the {max_tasks_per_request} tasks one request may "
                                      "ask for: ask for pages with offset (RemoteEnvironment.tasks does)")
-        if n is not None and offset + n > MAX_TASK_INDEX:
-            raise HTTPException(422, f"offset + n = {offset + n} is beyond task {MAX_TASK_INDEX}, the deepest "
+        if n is not None and offset + n > max_task_index:
+            raise HTTPException(422, f"offset + n = {offset + n} is beyond task {max_task_index}, the deepest "
                                      "a request may reach")
         try:
             # n omitted: the environment's own list, answered a page at a time
@@ -881,11 +958,13 @@ def running_server(app: Any, host: str = "127.0.0.1", port: int = 0) -> Iterator
         sock.close()
 
 
-def serve(name: str, host: str = "127.0.0.1", port: int = 8000, **env_kwargs: Any) -> None:
-    """Build the registered environment ``name`` and serve it until interrupted."""
+def serve(name: str, host: str = "127.0.0.1", port: int = 8000, *, limits: dict[str, int] | None = None,
+          **env_kwargs: Any) -> None:
+    """Build the registered environment ``name`` and serve it until interrupted; ``limits``: keywords
+    of ``create_app`` (``max_body_bytes=``, ...), its defaults for the rest."""
     import uvicorn
 
-    uvicorn.run(create_app(make_env(name, **env_kwargs)), host=host, port=port)
+    uvicorn.run(create_app(make_env(name, **env_kwargs), **(limits or {})), host=host, port=port)
 
 
 def parse_env_args(pairs: Sequence[str]) -> dict[str, Any]:
@@ -903,6 +982,40 @@ def parse_env_args(pairs: Sequence[str]) -> dict[str, Any]:
     return out
 
 
+# serve-env's flags for the server's limits: (flag, create_app keyword, default, what it bounds).
+LIMIT_FLAGS: tuple[tuple[str, str, int, str], ...] = (
+    ("--max-body-bytes", "max_body_bytes", MAX_BODY_BYTES,
+     "bytes of one request body; a larger one is a 413, refused before it is parsed"),
+    ("--max-tasks-per-request", "max_tasks_per_request", MAX_TASKS_PER_REQUEST,
+     "tasks in one /tasks answer; a larger n is a 422 (clients page with offset)"),
+    ("--max-task-index", "max_task_index", MAX_TASK_INDEX,
+     "offset + n of one /tasks request, the deepest task it may reach; beyond is a 422"),
+    ("--max-sessions", "max_sessions", MAX_SESSIONS,
+     "sessions kept (and closed session ids remembered); the least recently used goes first"),
+    ("--max-session-bytes", "max_session_bytes", MAX_SESSION_BYTES,
+     "JSON bytes of all sessions (their tasks and steps), and of the closed ids"),
+    ("--max-tasks-kept", "max_tasks", MAX_TASKS_KEPT,
+     "tasks remembered for task_id look-ups; the least recently used is forgotten first"),
+    ("--max-task-bytes", "max_task_bytes", MAX_TASK_BYTES, "JSON bytes of the tasks remembered"),
+)
+
+
+def _at_least_one(text: str) -> int:
+    """A flag's whole number of at least 1 (``1048576`` or ``1_048_576``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _shown(default: int) -> str:
+    mib, rest = divmod(default, 1 << 20)
+    return f"{default} = {mib} MiB" if mib and not rest else str(default)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``posttrain serve-env``."""
     parser.add_argument("name", help="registered environment name, e.g. math or workplace")
@@ -912,7 +1025,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--env-arg", action="append", default=[], metavar="KEY=VALUE",
         help="keyword argument for the environment's constructor (repeatable; JSON values)",
     )
+    group = parser.add_argument_group("limits", "what one client can make the server read, send or keep "
+                                                "(docs/env_server.md, Limits); whole numbers of at least 1")
+    for flag, key, default, what in LIMIT_FLAGS:
+        group.add_argument(flag, dest=key, type=_at_least_one, default=default, metavar="N",
+                           help=f"{what} (default {_shown(default)})")
+
+
+def limits_of(args: argparse.Namespace) -> dict[str, int]:
+    """The ``create_app`` keywords serve-env's limit flags give."""
+    return {key: getattr(args, key) for _, key, _, _ in LIMIT_FLAGS}
 
 
 def run(args: argparse.Namespace) -> None:
-    serve(args.name, host=args.host, port=args.port, **parse_env_args(args.env_arg))
+    serve(args.name, host=args.host, port=args.port, limits=limits_of(args), **parse_env_args(args.env_arg))

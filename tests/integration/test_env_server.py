@@ -18,8 +18,11 @@ import httpx
 import pytest
 
 from posttrain.envs.base import Environment, Episode, StepResult, Task, VerifyResult, final_answer_text
+import posttrain.envs.server as server_module
 from posttrain.envs.remote import RemoteEnvironment, build_verify_body, make_remote
 from posttrain.envs.server import (
+    LIMIT_FLAGS,
+    MAX_BODY_BYTES,
     MAX_TASKS_PER_REQUEST,
     SESSION_HEADER,
     add_arguments,
@@ -27,6 +30,7 @@ from posttrain.envs.server import (
     create_app,
     items_to_messages,
     messages_to_items,
+    limits_of,
     parse_env_args,
     running_server,
     task_to_row,
@@ -44,7 +48,7 @@ class AddEnv(Environment):
     domain = "math"
 
     def tasks(self, split="train", n=None, seed=0):
-        offset = 0 if split == "train" else 10_000  # disjoint id ranges per split
+        offset = {"train": 0, "dev": 10_000, "test": 20_000}[split]  # disjoint id ranges per split
         out = []
         for i in range(n if n is not None else 20):
             a, b = (seed * 31 + i * 7) % 50, (seed * 17 + i * 3) % 40
@@ -284,8 +288,8 @@ def test_remote_matches_in_process(add_server):
     env, url = add_server
     remote = make_remote(url)
     assert (remote.name, remote.domain, remote.multi_turn) == ("test_add", "math", False)
-    tasks = remote.tasks("validation", n=4, seed=2)
-    assert tasks == env.tasks("validation", n=4, seed=2)
+    tasks = remote.tasks("dev", n=4, seed=2)
+    assert tasks == env.tasks("dev", n=4, seed=2)
     assert not {t.id for t in tasks} & {t.id for t in remote.tasks("train", n=4, seed=2)}
     rewards = []
     for task in tasks:
@@ -353,8 +357,10 @@ def test_malformed_requests_get_4xx(add_server, counter_server):
         assert "detail" in r.json()
     r = post(f"{url}/verify", content=b"{not json", headers={"content-type": "application/json"})
     assert r.status_code == 422
-    for params in ({"split": "test"}, {"n": -1}, {"seed": "x"}, {"format": "csv"}):
+    for params in ({"split": "holdout"}, {"n": -1}, {"seed": "x"}, {"format": "csv"}):
         assert get(f"{url}/tasks", params=params).status_code == 422
+    old_split = get(f"{url}/tasks", params={"split": "validation"})  # now dev or test (envs/splits.py)
+    assert old_split.status_code == 422 and "'dev'" in old_split.json()["detail"], old_split.text
     assert post(f"{url}/step", json={"resources_session_id": "nope", "message": {"role": "assistant"}}).status_code == 404
     assert post(f"{url}/step", json={"message": {}}).status_code == 422
     assert post(f"{url}/add", json={"amount": 1}).status_code == 400  # no session
@@ -396,8 +402,8 @@ def test_remote_episode_matches_in_process(counter_server):
     env, url = counter_server
     remote = make_remote(url)
     assert remote.multi_turn
-    task = remote.tasks("validation", 2)[1]
-    assert task == env.tasks("validation", 2)[1]
+    task = remote.tasks("test", 2)[1]
+    assert task == env.tasks("test", 2)[1]
     turns = [
         {"role": "assistant", "content": "", "tool_calls": [call("add", amount=500), call("add", amount=2)]},
         {"role": "assistant", "content": "<tool_call>\n<function=total>\n</function>\n</tool_call>"},
@@ -469,8 +475,8 @@ def test_workplace_session_round_trip(workplace_server):
     env, url = workplace_server
     remote = make_remote(url)
     assert (remote.name, remote.multi_turn) == ("workplace", True)
-    tasks = remote.tasks("validation", n=3)
-    assert tasks == env.tasks("validation", n=3)
+    tasks = remote.tasks("dev", n=3)
+    assert tasks == env.tasks("dev", n=3)
     task = next(t for t in tasks if t.ground_truth["reference_calls"])
     final = "Done." + (f" Answer: {task.ground_truth['answer']}" if task.ground_truth.get("answer") else "")
     good = [calls_message(task.ground_truth["reference_calls"]), {"role": "assistant", "content": final}]
@@ -530,7 +536,7 @@ def test_tasks_per_request_are_bounded_and_paged(add_server):
         assert len(last["rows"]) == 6 and last["next_offset"] is None
         remote = make_remote(small)
         assert remote.page_size == 7
-        assert remote.tasks("validation", n=17, seed=1) == env.tasks("validation", 17, seed=1)
+        assert remote.tasks("dev", n=17, seed=1) == env.tasks("dev", 17, seed=1)
         assert remote.tasks("train") == env.tasks("train")
         assert remote.tasks("train", n=0) == []
         remote.close()
@@ -728,3 +734,124 @@ def test_single_turn_seed_with_a_gym_task_id(add_server):
     seed = {"resources_session_id": "st-1", "episode_id": {"rollout_id": "r"},
             "task_id": {"taskset": "add:train", "task_id": "whatever"}, "task_data": {}}
     assert post(f"{url}/seed_session", json=seed).json() == {"resources_session_id": "st-1"}
+
+
+# --------------------------------------------------------------------------- request body bound (issue 34)
+
+JSON_HEADERS = {"content-type": "application/json"}
+
+
+def _verify_body_of_size(size):
+    """A valid /verify body for a correct answer, padded with JSON whitespace to exactly ``size`` bytes."""
+    task = AddEnv().tasks("train", 1)[0]
+    raw = json.dumps(build_verify_body(task, [{"role": "assistant", "content": f"Answer: {task.ground_truth}"}]))
+    assert len(raw) < size
+    return (raw[:-1] + " " * (size - len(raw)) + "}").encode()
+
+
+def _chunks(raw, size=1000):
+    """``raw`` as a generator: httpx sends it chunked, without a Content-Length."""
+    return (raw[i: i + size] for i in range(0, len(raw), size))
+
+
+def assert_413(r, bound):
+    assert r.status_code == 413, (r.status_code, r.text[:200])
+    assert r.headers["content-type"] == "application/json" and "\n" not in r.text
+    assert f"more than the {bound} bytes" in r.json()["detail"] and "--max-body-bytes" in r.json()["detail"]
+
+
+def test_a_too_large_body_is_a_413_before_it_is_parsed():
+    bound = 4_000
+    app = create_app(AddEnv(), max_body_bytes=bound)
+    with running_server(app) as url:
+        # declared too large: answered from the Content-Length, so not even JSON is needed (a 422 otherwise)
+        r = post(f"{url}/verify", content=b"x" * (bound + 1), headers=JSON_HEADERS)
+        assert r.request.headers["content-length"] == str(bound + 1)
+        assert_413(r, bound)
+        assert f"{bound + 1} bytes" in r.json()["detail"]
+        # streamed without a Content-Length: counted while it is read
+        r = post(f"{url}/verify", content=_chunks(b"y" * (3 * bound)), headers=JSON_HEADERS)
+        assert "content-length" not in r.request.headers and r.request.headers["transfer-encoding"] == "chunked"
+        assert_413(r, bound)
+        for path in ("/seed_session", "/step", "/add", "/no_such_tool"):  # every POST route
+            assert_413(post(f"{url}{path}", content=b"{}" + b" " * bound, headers=JSON_HEADERS), bound)
+            assert_413(post(f"{url}{path}", content=_chunks(b"{}" + b" " * bound), headers=JSON_HEADERS), bound)
+        # a body of exactly the bound is read and graded, sent either way, on the same connections
+        exact = _verify_body_of_size(bound)
+        for content in (exact, _chunks(exact)):
+            r = post(f"{url}/verify", content=content, headers=JSON_HEADERS)
+            assert r.status_code == 200 and r.json()["reward"] == 1.0, r.text[:200]
+        assert_413(post(f"{url}/verify", content=_verify_body_of_size(bound + 1), headers=JSON_HEADERS), bound)
+        assert get(f"{url}/health").json()["max_body_bytes"] == bound
+
+
+def test_the_default_body_bound_is_one_mib(add_server):
+    _, url = add_server
+    assert MAX_BODY_BYTES == 1 << 20 and create_app(AddEnv()).state.limits["max_body_bytes"] == MAX_BODY_BYTES
+    r = post(f"{url}/verify", content=_verify_body_of_size(100_000), headers=JSON_HEADERS)
+    assert r.status_code == 200 and r.json()["reward"] == 1.0
+    assert_413(post(f"{url}/verify", content=_verify_body_of_size(MAX_BODY_BYTES + 1), headers=JSON_HEADERS),
+               MAX_BODY_BYTES)
+    assert_413(post(f"{url}/verify", content=_chunks(b" " * (MAX_BODY_BYTES + 1), 64 << 10), headers=JSON_HEADERS),
+               MAX_BODY_BYTES)
+    assert post(f"{url}/verify", json=build_verify_body(AddEnv().tasks("train", 1)[0], [])).status_code == 200
+
+
+def _serve_env_parser():
+    parser = argparse.ArgumentParser(prog="posttrain serve-env")
+    add_arguments(parser)
+    return parser
+
+
+def test_serve_env_limit_flags_reach_the_app(monkeypatch):
+    import uvicorn
+
+    served = {}
+    monkeypatch.setattr(server_module, "make_env", lambda name, **kw: AddEnv() if name == "test_add" else 1 / 0)
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: served.update(app=app, **kw))
+    flags = {"--max-body-bytes": 2_048, "--max-tasks-per-request": 5, "--max-task-index": 50,
+             "--max-sessions": 3, "--max-session-bytes": 70_000, "--max-tasks-kept": 4, "--max-task-bytes": 80_000}
+    assert set(flags) == {flag for flag, *_ in LIMIT_FLAGS}  # every limit has its flag
+    argv = ["test_add", "--port", "9123", *[str(x) for kv in flags.items() for x in kv]]
+    server_module.run(_serve_env_parser().parse_args(argv))
+    app = served["app"]
+    assert (served["host"], served["port"]) == ("127.0.0.1", 9123)
+    assert app.state.limits == {"max_body_bytes": 2_048, "max_tasks_per_request": 5, "max_task_index": 50,
+                                "max_sessions": 3, "max_session_bytes": 70_000, "max_tasks": 4,
+                                "max_task_bytes": 80_000}
+    state = app.state.posttrain
+    assert (state.sessions.max_items, state.sessions.max_bytes, state.tasks.max_items, state.tasks.max_bytes) == (
+        3, 70_000, 4, 80_000)
+    with running_server(app) as url:  # and the app enforces them
+        assert_413(post(f"{url}/verify", content=_verify_body_of_size(2_049), headers=JSON_HEADERS), 2_048)
+        assert post(f"{url}/verify", content=_verify_body_of_size(2_048), headers=JSON_HEADERS).status_code == 200
+        health = get(f"{url}/health").json()
+        assert (health["max_body_bytes"], health["max_tasks_per_request"]) == (2_048, 5)
+        assert len(get(f"{url}/tasks", params={"n": 5}).json()["tasks"]) == 5
+        assert get(f"{url}/tasks", params={"n": 6}).status_code == 422
+        assert get(f"{url}/tasks", params={"n": 5, "offset": 46}).status_code == 422  # beyond --max-task-index
+        get(f"{url}/tasks", params={"n": 5})
+        assert len(state.tasks) == 4  # --max-tasks-kept
+    # without the flags: exactly create_app's defaults
+    defaults = limits_of(_serve_env_parser().parse_args(["test_add"]))
+    assert defaults == create_app(AddEnv()).state.limits
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "1e3", "lots", "2.5"])
+def test_serve_env_limit_flags_are_validated(value, capsys):
+    for flag, *_ in LIMIT_FLAGS:
+        with pytest.raises(SystemExit) as exit_:
+            _serve_env_parser().parse_args(["math", flag, value])
+        assert exit_.value.code == 2
+        assert f"argument {flag}:" in capsys.readouterr().err
+    assert _serve_env_parser().parse_args(["math", "--max-body-bytes", "1_048_576"]).max_body_bytes == 1 << 20
+    with pytest.raises(ValueError, match="max_body_bytes must be a whole number of at least 1"):
+        create_app(AddEnv(), max_body_bytes=0)
+
+
+def test_serve_env_help_shows_every_limit_with_its_default():
+    text = " ".join(_serve_env_parser().format_help().split())  # argparse wraps the lines
+    for flag, key, default, _ in LIMIT_FLAGS:
+        assert flag in text
+        assert f"(default {default}" in text, flag
+    assert "(default 1048576 = 1 MiB)" in text
