@@ -1,14 +1,20 @@
 """The main job's figures: ``posttrain pipeline`` runs, their wall/CPU time and their gains with noise.
 
     python bench/pipeline.py --quick --seeds 0 1 2        # three fresh --quick runs, one after another
+    python bench/pipeline.py --config recipes/pipeline_evidence.yaml --seeds 0 1 2   # the RL-vs-control evidence
     python bench/pipeline.py --run-dir runs/pipeline      # record a finished run (e.g. the default one)
 
 Each run's row has, per measured model (before / after SFT / after RL / longer SFT), the greedy
 answer accuracy and answer-format rate on the held-out problems with their binomial standard
 errors, each stage's paired gain ± paired standard error (eval/compare.py), the summed stage wall
 time, the CPU time of the run's process and the load average at each stage's start and end (the CPU
-may be shared: wall time alone says little). Appends one JSON line per run to
-bench/results/pipeline.jsonl and ends with one line ``RESULT pipeline...: ...``.
+may be shared: wall time alone says little), and the test table of the RLVR stage against its two
+equal-compute SFT controls (experiments/evidence.py). Every figure it reads is on the ``test`` split,
+which nothing was chosen on (the row says ``split``). Appends one JSON line per run to
+bench/results/pipeline.jsonl and ends with ``RESULT pipeline...: ...`` lines: the SFT gain, and for
+runs with the controls ``RESULT pipeline_rl_vs_control``: RL − SFT for the same time, pooled over the
+test tasks of every RLVR environment, mean over the runs ± the standard error of that mean from the
+runs' paired standard errors.
 """
 
 from __future__ import annotations
@@ -62,7 +68,8 @@ def summarize(run_dir: Path) -> dict:
         "wall_s": round(sum(s.get("seconds", 0.0) for s in stages.values()), 1),
         "cpu_s": round(sum(s.get("cpu_seconds", 0.0) for s in stages.values()), 1),
         "stages": {k: {f: s.get(f) for f in ("seconds", "cpu_seconds", "load_avg")} for k, s in stages.items()},
-        "config": cfg,
+        "config": cfg, "split": (rep.get("test") or {}).get("split", "test"),
+        "test": rep.get("test"),  # scores and paired comparisons per domain (evidence.table)
         "sft_precision": _read_json(run_dir / "sft" / "precision.json"),
         "sections": sections(run_dir),
     }
@@ -102,7 +109,8 @@ def kind(run_dir: Path) -> tuple[str, dict[str, Any]]:
     sizes = ("n_train", "sft_steps", "rl_steps", "n_eval")
     name = "quick" if cfg and all(cfg.get(k) == QUICK[k] for k in sizes) else "default"
     ref = PipelineConfig(**(QUICK if name == "quick" else {})).model_dump()
-    skip = {"run_dir", "seed", "sft_arm", "anchor_control", "distill", "rlhf", "curation", "rlvr"}  # where and which stages: not settings
+    skip = {"run_dir", "seed", "sft_arm", "tokens_arm", "test_base", "anchor_control", "distill", "rlhf", "curation",
+            "rlvr"}  # where and which stages: not settings
     differs = {k: v for k, v in cfg.items() if k not in skip and k in ref and ref[k] != v}
     return name, differs
 
@@ -110,6 +118,7 @@ def kind(run_dir: Path) -> tuple[str, dict[str, Any]]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="run fresh `posttrain pipeline --quick` runs")
+    p.add_argument("--config", help="run fresh `posttrain pipeline --config FILE` runs (e.g. recipes/pipeline_evidence.yaml)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--run-dir", action="append", default=[], help="record a finished run (repeatable)")
     p.add_argument("--threads", type=int, default=None,
@@ -120,14 +129,16 @@ def main() -> None:
     p.add_argument("overrides", nargs="*", help="extra PipelineConfig overrides for the --quick runs, e.g. sft_freeze_layers=0; "
                                                 "give them before --seeds, which takes every word after it")
     args = p.parse_args()
-    if not args.quick and not args.run_dir:
-        p.error("give --quick (run) or --run-dir (record)")
+    if not (args.quick or args.config) and not args.run_dir:
+        p.error("give --quick or --config (run) or --run-dir (record)")
 
     runs: list[Path] = [Path(d) for d in args.run_dir]
-    if args.quick:
+    if args.quick or args.config:
         for seed in args.seeds:
-            d = ROOT / "runs" / f"pipeline-quick-s{seed}"
-            cmd = [sys.executable, "-m", "posttrain.cli", "pipeline", "--quick", "--fresh", f"seed={seed}",
+            tag = "quick" if args.quick else Path(args.config).stem
+            d = ROOT / "runs" / f"{tag}-s{seed}"
+            how = ["--quick"] if args.quick else ["--config", args.config]
+            cmd = [sys.executable, "-m", "posttrain.cli", "pipeline", *how, "--fresh", f"seed={seed}",
                    f"run_dir={d}", *args.overrides]
             env = {**os.environ, "PYTHONPATH": str(ROOT)}
             if args.threads is not None:  # else whatever the CLI picks, as a newcomer's run would
@@ -141,7 +152,7 @@ def main() -> None:
     rows = []
     for d in runs:
         run_kind, differs = kind(d)
-        row = {"bench": "pipeline", "kind": run_kind, "differs": differs,
+        row = {"bench": "pipeline", "kind": run_kind, "differs": differs, "command": " ".join(sys.argv),
                "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "commit": commit(), "cpus": os.cpu_count(), "cpu": cpu_facts(),
                "threads": args.threads if args.threads is not None else "cli-default", "env": speed_env(),
                "loadavg_end": [round(x, 2) for x in os.getloadavg()],
@@ -169,8 +180,41 @@ def main() -> None:
             sampled = rows[0]["gains"]["RL (after RL − after SFT)"].get("sampled")
             if sampled:
                 extra += f", sampled accuracy {sampled['gain'] * 100:+.1f} ± {sampled['se'] * 100:.1f}"
-        print(f"RESULT {name}: {mean * 100:+.1f} points (held-out answer accuracy gain of SFT, mean of {len(sft)} "
+        print(f"RESULT {name}: {mean * 100:+.1f} points (test answer accuracy gain of SFT, mean of {len(sft)} "
               f"run(s), smallest gain/paired-se {z:.1f}{extra})")
+    line = rl_vs_control_line([r["test"] for r in rows if r.get("test")])
+    if line:
+        print(line)
+
+
+def rl_vs_control_line(tables: list[dict[str, Any]]) -> str | None:
+    """``RESULT pipeline_rl_vs_control`` from the runs' test tables: the pooled RL − SFT same time per
+    run, their mean ± sqrt(sum se²)/n (independent runs, each a paired se), RL − SFT same tokens the
+    same way, and the rows (domains, wordings) beyond +2 and below −1 paired se in every run."""
+    from posttrain.experiments import evidence
+
+    per = {c: [evidence.headline(t, c) for t in tables] for c in ("RL − SFT same time", "RL − SFT same tokens")}
+    time_g = [g for g in per["RL − SFT same time"] if g]
+    if not time_g:
+        return None
+
+    def pooled(gs: list[dict[str, Any]]) -> str:
+        mean = sum(g["gain"] for g in gs) / len(gs)
+        se = sum(g["se"] ** 2 for g in gs) ** 0.5 / len(gs)
+        return f"{mean * 100:+.1f} ± {se * 100:.1f}"
+
+    seeds = ", ".join(f"{g['gain'] * 100:+.1f} ± {g['se'] * 100:.1f}" for g in time_g)
+    rows = [set(t["comparisons"].get("RL − SFT same time", {})) for t in tables]
+    common = sorted(set.intersection(*rows)) if rows else []
+    above = [r for r in common if all((t["comparisons"]["RL − SFT same time"][r]["gain"]
+                                       > 2 * t["comparisons"]["RL − SFT same time"][r]["se"]) for t in tables)]
+    below = [r for r in common if any((t["comparisons"]["RL − SFT same time"][r]["gain"]
+                                       < -t["comparisons"]["RL − SFT same time"][r]["se"]) for t in tables)]
+    tok = [g for g in per["RL − SFT same tokens"] if g]
+    return (f"RESULT pipeline_rl_vs_control: {pooled(time_g)} points (test, RL − SFT for the same time, pooled over "
+            f"the RLVR environments' test tasks, mean of {len(time_g)} run(s): {seeds}; RL − SFT same tokens "
+            f"{pooled(tok) if tok else 'n/a'}; beyond +2 se in every run: {', '.join(above) or 'none'}; "
+            f"below −1 se in some run: {', '.join(below) or 'none'})")
 
 
 if __name__ == "__main__":

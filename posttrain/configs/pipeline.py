@@ -101,6 +101,9 @@ class PipelineConfig(StrictModel):
     rl_test_tasks: int = Field(200, ge=1)
     """Test tasks per RLVR environment on which base, SFT, RL and the controls are scored (greedy, the
     RL rollout's prompt and budget): the RL − control figures of the report."""
+    table_split: Literal["dev", "test"] = "test"
+    """The split the RL-vs-control table scores: ``test`` for the reported figures, ``dev`` for runs that
+    choose a setting (a domain mix, a step count): choose on dev, then report test."""
     test_base: bool = True
     """Also score the base model on the test table (``--quick`` skips it: ~25 s)."""
     anchor_control: bool = False

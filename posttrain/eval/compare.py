@@ -107,3 +107,47 @@ def modal_choice(reasons: Sequence[str]) -> tuple[str, float, int] | None:
     letter, count = letters.most_common(1)[0]
     n = sum(letters.values())
     return letter, count / n, n
+
+
+def record_gains(first: Path, last: Path) -> dict[str, dict[str, Any]]:
+    """``domain_gains`` of two per-task record files (``validate``'s or the pipeline's test table's JSONL)."""
+    return domain_gains(read_task_rewards(first), read_task_rewards(last), read_task_reasons(last))
+
+
+def domain_gains(a: dict[str, dict[str, float]], b: dict[str, dict[str, float]],
+                 reasons: dict[str, list[str]] | None = None) -> dict[str, dict[str, Any]]:
+    """Paired gains of ``b`` over ``a`` ({domain: {task id: reward}}) per domain, per wording of the
+    arithmetic problems (``"arithmetic · story"``), and pooled over every task of every domain
+    (``all``). No silent exclusions: a multiple-choice domain whose answers in ``b`` sit on one letter
+    (``eval.compare.ONE_LETTER``, read from ``reasons``) is flagged ``one_letter`` (letter, share) and
+    **stays in** ``all``, which then says ``flagged``; ``all without flagged`` is printed beside it,
+    never instead of it."""
+    from dataclasses import asdict
+
+    from posttrain.envs.arithmetic import phrasing_of
+
+    out: dict[str, dict[str, Any]] = {env: asdict(paired_gain(a[env], b[env])) for env in b if env in a}
+    for env, g in out.items():
+        modal = modal_choice((reasons or {}).get(env, []))
+        if modal and modal[1] >= ONE_LETTER:
+            g["one_letter"] = [modal[0], round(modal[1], 3)]
+    domains = list(out)
+    flagged = [env for env in domains if "one_letter" in out[env]]
+
+    def pooled(envs: list[str]) -> dict[str, Any]:  # tasks of different domains: pooled under "<env>/<id>"
+        pool = [{f"{env}/{i}": r for env in envs for i, r in d[env].items()} for d in (a, b)]
+        return {**asdict(paired_gain(*pool)), "domains": envs}
+
+    if len(domains) > 1:
+        out["all"] = pooled(domains)
+        if flagged:
+            out["all"]["flagged"] = flagged
+            if len(flagged) < len(domains):
+                out["all without flagged"] = pooled([e for e in domains if e not in flagged])
+    if "arithmetic" in out:  # asked in several wordings (envs/arithmetic.py): the gain of each, "arithmetic · words"
+        kinds = sorted({phrasing_of(i) for i in b["arithmetic"]})
+        for kind in kinds if len(kinds) > 1 else []:
+            sub = [{i: r for i, r in d["arithmetic"].items() if phrasing_of(i) == kind} for d in (a, b)]
+            if all(sub):
+                out[f"arithmetic · {kind}"] = asdict(paired_gain(*sub))
+    return out

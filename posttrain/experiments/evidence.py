@@ -13,7 +13,7 @@ checkpoint on the SFT stage's data and schedule:
 
 Every checkpoint (base, SFT, RL, each control) is then scored greedily on the **test** split of the
 RLVR stage's own environments (``rl_test_tasks`` each, the rollout's prompt and token budget;
-``train.validation.validate`` on ``test``), and compared task by task (``pipeline_report.domain_gains``:
+``train.validation.validate`` on ``test``), and compared task by task (``eval.compare.domain_gains``:
 per domain, per wording of the arithmetic problems, pooled; a collapsed multiple-choice domain is
 flagged and stays in the pooled figure). Nothing is chosen on these figures: the RL run keeps its
 checkpoint by its dev validation, and the pipeline reports its last one.
@@ -24,7 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from posttrain.experiments.pipeline_report import record_gains
+from posttrain.eval.compare import record_gains
 
 CONTROLS = {"sft_arm": "SFT same time", "tokens_arm": "SFT same tokens"}
 """Control stage name → its column in the test table."""
@@ -44,9 +44,11 @@ def tokens_budget(sft: dict[str, Any], tokens: int) -> int:
     return max(1, round(tokens / per_step))
 
 
-def test_records(rl_dir: Path, model: str, out: Path, n_tasks: int, batch_size: int) -> dict[str, Any]:
-    """Greedy rewards of ``model`` on ``n_tasks`` test tasks of each of the RL run's environments, with
-    the run's prompt and token budget; per-task records in ``out`` (``validate``'s JSONL)."""
+def test_records(rl_dir: Path, model: str, out: Path, n_tasks: int, batch_size: int,
+                 split: str = "test") -> dict[str, Any]:
+    """Greedy rewards of ``model`` on ``n_tasks`` test tasks (``split``: dev for a run that chooses a
+    setting) of each of the RL run's environments, with the run's prompt and token budget; per-task
+    records in ``out`` (``validate``'s JSONL)."""
     from posttrain.configs import load_config
     from posttrain.configs.rl import RLConfig
     from posttrain.engines.hf import HFGenerator
@@ -55,8 +57,8 @@ def test_records(rl_dir: Path, model: str, out: Path, n_tasks: int, batch_size: 
 
     rl_cfg = load_config(RLConfig, rl_dir / "config.yaml", [])
     scores = validate(HFGenerator.from_spec(model, batch_size=batch_size), build_envs(rl_cfg.envs), rl_cfg, out,
-                      split="test", n_tasks=n_tasks)
-    return {"model": model, "records": str(out), "n_tasks": n_tasks,
+                      split=split, n_tasks=n_tasks)
+    return {"model": model, "records": str(out), "n_tasks": n_tasks, "split": split,
             "mean": {k.split("/", 1)[1]: v for k, v in scores.items() if k.startswith("val_reward/")}}
 
 
@@ -78,7 +80,8 @@ def table(models: dict[str, dict[str, Any]]) -> dict[str, Any]:
     for name, m in models.items():
         ref = record_gains(Path(m["records"]), Path(m["records"]))  # a model against itself: its means per row
         scores[name] = {row: g["after"] for row, g in ref.items()}
-    return {"scores": scores, "comparisons": cmp, "n_tasks": next(iter(models.values()))["n_tasks"]}
+    first = next(iter(models.values()))
+    return {"scores": scores, "comparisons": cmp, "n_tasks": first["n_tasks"], "split": first.get("split", "test")}
 
 
 COLUMNS = {"base": "base", "sft": "SFT", "rl": "SFT + RL", **CONTROLS}
@@ -88,7 +91,8 @@ def lines(t: dict[str, Any]) -> list[str]:
     """The report's test section on stdout: scores per row, then RL against each control."""
     rows = list(next(iter(t["scores"].values())))
     names = [n for n in COLUMNS if n in t["scores"]]
-    out = [f"  test split (greedy, {t['n_tasks']} tasks per environment; chosen on nothing):",
+    chosen = "chosen on nothing" if t.get("split", "test") == "test" else "for choosing settings; not a reported figure"
+    out = [f"  {t.get('split', 'test')} split (greedy, {t['n_tasks']} tasks per environment; {chosen}):",
            f"    {'':24s}" + "".join(f"{COLUMNS[n]:>16s}" for n in names)]
     for row in rows:
         out.append(f"    {row:24s}" + "".join(f"{t['scores'][n].get(row, float('nan')):16.3f}" for n in names))

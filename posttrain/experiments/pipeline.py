@@ -351,7 +351,7 @@ def report(run_dir: Path, before: dict[str, Any], after: dict[str, Any], sft: di
 def _gain(g: dict[str, Any]) -> str:
     star = "*" if abs(g["gain"]) > 2 * g["se"] else " "
     guess = (f"  † {100 * g['one_letter'][1]:.0f}% of answers {g['one_letter'][0]}: a constant guess, kept in the pooled figure"
-             if "one_letter" in g else "")  # pipeline_report.domain_gains
+             if "one_letter" in g else "")  # eval.compare.domain_gains
     return f"{g['gain']:+6.1%} ± {g['se']:.1%}{star} (+{g['gained']}/-{g['lost']}){guess}"
 
 
@@ -577,7 +577,8 @@ def _run(cfg: PipelineConfig, run_dir: Path, command: str) -> int:
             after_ctrl = cached_stage(run_dir, "after_anchor_control",
                                       lambda: measure(cfg, ctrl["checkpoint"], data, sampled=True))
         scored = {name: cached_stage(run_dir, f"test_{name}", lambda m=model, n=name: evidence.test_records(
-            Path(rl["run_dir"]), m, run_dir / "test" / f"{n}.jsonl", cfg.rl_test_tasks, cfg.eval_batch_size))
+            Path(rl["run_dir"]), m, run_dir / cfg.table_split / f"{n}.jsonl", cfg.rl_test_tasks, cfg.eval_batch_size,
+            cfg.table_split))
             for name, model in models.items()}
         tested = evidence.table(scored)
     print(report(run_dir, before, after, sft, time.time() - t0, rl, after_rl, arm, None, ctrl, after_ctrl, tested))

@@ -117,8 +117,8 @@ def test_posttrain_rl_trains_against_gym_resource_servers(weather, gym_py, tmp_p
     dataset = tmp_path / "echo.jsonl"
     dataset.write_text("".join(json.dumps(r) + "\n" for r in rows))
     with GymServer(gym_py, "equivalence_rule", {"grading_rule": "seq_match"}) as equiv:
-        envs = (f"[{{name: gym_echo, url: '{equiv.url}', protocol: gym, dataset: '{dataset}', train_tasks: 6, val_tasks: 2}},"
-                f" {{name: gym_weather, url: '{weather_url}', protocol: gym, dataset: '{weather_rows}', train_tasks: 5,"
+        envs = (f"[{{name: gym_echo, url: '{equiv.url}', protocol: gym, dataset: '{dataset}', val_dataset: '{dataset}', train_tasks: 6, val_tasks: 2}},"
+                f" {{name: gym_weather, url: '{weather_url}', protocol: gym, dataset: '{weather_rows}', val_dataset: '{weather_rows}', train_tasks: 5,"
                 f" val_tasks: 1}}]")
         run_dir = tmp_path / "run"
         overrides = {
