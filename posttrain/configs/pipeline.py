@@ -98,6 +98,10 @@ class PipelineConfig(StrictModel):
     tokens_arm: bool = True
     """The same-tokens control: continue SFT from the SFT checkpoint for as many target tokens as the
     RLVR stage trained on (rollout tokens + anchor rows), scored on the test table beside RL."""
+    control_lr: float | None = Field(None, gt=0)
+    """Peak learning rate of both controls (warmup-stable-decay, as the SFT stage); None: ``sft_lr``.
+    A control is only as fair as its tuning: choose it on dev (``table_split=dev``) like the RL stage's
+    settings, taking the one under which the control scores best."""
     rl_test_tasks: int = Field(200, ge=1)
     """Test tasks per RLVR environment on which base, SFT, RL and the controls are scored (greedy, the
     RL rollout's prompt and budget): the RL − control figures of the report."""

@@ -2,8 +2,9 @@
 
 Stages:
 
-1. **data**     — a generated arithmetic SFT set (column-by-column reasoning + ``Answer: N``), and
-                  held-out problems that are disjoint from it by construction (data/synthetic.py);
+1. **data**     — a generated arithmetic SFT set (column-by-column reasoning + ``Answer: N``) from the
+                  train split, dev rows for its held-out loss, and test problems for the accuracy,
+                  disjoint by construction (envs/splits.py, data/synthetic.py);
 2. **before**   — the untouched model: held-out SFT loss and greedy answer accuracy, graded by the
                   math environment's verifier, split by operand size;
 3. **sft**      — supervised fine-tuning (train/sft.py) on the generated set;
@@ -21,12 +22,17 @@ Stages:
                   here (arithmetic alone never moved; ``mcq`` learned to answer "C"), are in
                   docs/results/pipeline.md. ``--no-rlvr`` skips it;
 6. **after_rl** — the arithmetic measurements on the RL checkpoint;
-   **sft_arm** (``--sft-arm``) — SFT continued from the SFT checkpoint for the RLVR stage's wall
-                  time, then **after_sft_arm**, its measurements, and **sft_arm_rl_validation**, the
-                  arm on the RLVR stage's own validation tasks: does RL beat more SFT?
+   **sft_arm**, **tokens_arm** — the two equal-compute controls (experiments/evidence.py, on unless
+                  ``--no-controls``): SFT continued from the SFT checkpoint on the same data for the
+                  RLVR stage's time, and for as many target tokens as it trained on;
+   **test_<model>** — base (unless ``test_base=false``), SFT, RL and each control scored greedily on
+                  the **test** split of the RLVR stage's environments (``rl_test_tasks`` each): the
+                  report's *RL − SFT same time* / *RL − SFT same tokens* per domain, per wording and
+                  pooled. The RL run's own validation reads **dev** (it keeps its best checkpoint by
+                  it); the held-out problems of stages 2–6 and this table read **test**;
    **anchor_control** (``--anchor-control``) — the RLVR stage's SFT anchor alone (the same number
-                  of rows of the same data at its lr, no reward), then **after_anchor_control** and
-                  **anchor_control_rl_validation**: what in the stage's gain is the reward's?
+                  of rows of the same data at its lr, no reward), then **after_anchor_control**: what
+                  in the stage's gain is the reward's?
 7. **report**   — a table on stdout (each accuracy ± its standard error, each stage's paired gain
                   ± paired standard error on the same problems), ``report.json``, ``report.png``,
                   ``report.md`` (table, plots, noise, commands, run directories; pipeline_report.py)
@@ -607,7 +613,7 @@ def run_tokens_arm(cfg: PipelineConfig, run_dir: Path, data: dict[str, Any], sft
     RLVR stage trained on (``evidence.rl_trained_tokens``), with the same-time arm's data order and schedule."""
     tokens = evidence.rl_trained_tokens(Path(rl["run_dir"]))
     out = run_sft(cfg, run_dir, data, model=sft["checkpoint"], steps=evidence.tokens_budget(sft, tokens),
-                  name="tokens_arm", seed=cfg.seed + 1)
+                  name="tokens_arm", seed=cfg.seed + 1, lr=cfg.control_lr)
     return {**out, "target_tokens": tokens}
 
 
@@ -621,7 +627,8 @@ def run_sft_arm(cfg: PipelineConfig, run_dir: Path, data: dict[str, Any], sft: d
     stage never had. A new data order (seed + 1) and a new warmup-stable-decay cycle at the SFT
     learning rate."""
     clock, pace, steps = arm_budget(sft, rl)
-    out = run_sft(cfg, run_dir, data, model=sft["checkpoint"], steps=steps, name="sft_arm", seed=cfg.seed + 1)
+    out = run_sft(cfg, run_dir, data, model=sft["checkpoint"], steps=steps, name="sft_arm", seed=cfg.seed + 1,
+                  lr=cfg.control_lr)
     return {**out, "budget_clock": clock, "target_seconds": rl[clock], "sft_seconds_per_step": round(pace, 3)}
 
 
