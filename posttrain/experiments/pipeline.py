@@ -582,7 +582,7 @@ def _run(cfg: PipelineConfig, run_dir: Path, command: str) -> int:
             ctrl = cached_stage(run_dir, "anchor_control", lambda: run_anchor_control(cfg, run_dir, data, sft))
             after_ctrl = cached_stage(run_dir, "after_anchor_control",
                                       lambda: measure(cfg, ctrl["checkpoint"], data, sampled=True))
-        scored = {name: cached_stage(run_dir, f"test_{name}", lambda m=model, n=name: evidence.test_records(
+        scored = {name: cached_stage(run_dir, f"{cfg.table_split}_{name}", lambda m=model, n=name: evidence.test_records(
             Path(rl["run_dir"]), m, run_dir / cfg.table_split / f"{n}.jsonl", cfg.rl_test_tasks, cfg.eval_batch_size,
             cfg.table_split))
             for name, model in models.items()}
