@@ -26,15 +26,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
-import time
-from datetime import datetime, timezone
 from pathlib import Path
 
-from results_row import append_row, mean_se  # bench/results_row.py (sys.path[0] is bench/ when run)
+from results_row import append_row, machine, mean_se, provenance  # bench/results_row.py (sys.path[0] is bench/ when run)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "ab_versions.jsonl"
@@ -116,9 +113,9 @@ def main() -> int:
         print(f"{v:6s}" + "".join(f"{summary[v][k][0]:12.1f} ± {summary[v][k][1]:5.1f}" for k in keys))
     rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                          text=True).stdout.strip()
-    append_row(RESULTS, {"time": datetime.now(timezone.utc).isoformat(), "old": args.old, "new": rev + "+worktree",
-                            "figures": figures, "load": load, "machine": platform.processor() or platform.machine(),
-                            "cores": os.cpu_count(), "args": vars(args), "time_s": time.time()})
+    append_row(RESULTS, {"bench": "ab_versions", "old": args.old, "new": rev + "+worktree", "figures": figures,
+                         "load": load, "args": vars(args),
+                         **provenance("none", machine(load[0], load[-1], threads=1))})  # speed only: nothing graded
     ratio = {k: summary["new"][k][0] / summary["old"][k][0] for k in keys}
     print(f"RESULT ab_grpo: {ratio['grpo']:.3f} new/old s-per-step (posttrain GRPO step, wall; CPU-time ratio "
           f"{ratio['grpo_cpu']:.3f}; {args.old} vs this tree)")

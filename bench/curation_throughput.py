@@ -23,19 +23,17 @@ Prints a table and appends one JSON line to bench/results/curation_throughput.js
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import multiprocessing as mp
-import os
 import platform
 import random
-import subprocess
 import time
 from pathlib import Path
 
 from posttrain.data.dedup import Deduper, MinHasher, words_of
 from posttrain.data.filters import FilterStack
 from posttrain.models.chat_template import format_tool_call
+from results_row import append_row, provenance  # bench/results_row.py (sys.path[0] is bench/ when run)
 
 RESULTS = Path(__file__).parent / "results" / "curation_throughput.jsonl"
 SYLLABLES = ["ka", "lo", "mi", "ren", "sta", "vo", "qui", "del", "an", "tor", "ex", "pul", "zi", "mar", "on",
@@ -216,14 +214,6 @@ def bench_minhash_backends(rows: list[dict], n: int = 2000) -> dict:
             "speedup": round(theirs / ours, 1)}
 
 
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).parent, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
@@ -271,12 +261,9 @@ def main() -> None:
     print(f"drops at {sizes[-1]}: filters {last['filters']['dropped']}; dedup {last['dedup']['dropped']}")
 
     if not args.no_save:
-        record = {"bench": "curation_throughput", "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "commit": _commit(),
-                  "cpus": os.cpu_count(), "loadavg": [round(x, 2) for x in os.getloadavg()],
-                  "python": platform.python_version(), "workers": w, "k": args.k, **results}
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        with open(RESULTS, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        record = {"bench": "curation_throughput", "python": platform.python_version(), "workers": w, "k": args.k,
+                  **results, **provenance("none")}  # synthesized candidates, timed: nothing graded
+        append_row(RESULTS, record)
         print(f"appended to {RESULTS}")
 
 

@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
-from results_row import append_row, commit, machine  # bench/results_row.py (sys.path[0] is bench/ when run)
+from results_row import DATA_SPLITS, append_row, provenance  # bench/results_row.py (sys.path[0] is bench/ when run)
 
 from posttrain.eval.compare import paired_gain, read_task_rewards
 from posttrain.eval.tool_decisions import per_task
@@ -75,16 +74,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dir", default="runs/dpo_ev", help="where the measurement files are")
     p.add_argument("--before", default="sft", help="tag of the model before DPO")
     p.add_argument("--after", default="dpo", help="tag of the model after DPO")
+    p.add_argument("--split", default="dev", choices=DATA_SPLITS,
+                   help="the held-out split the measurement files were made on, for the row (the doc's commands: "
+                        "dev; tool-decisions reads its own default unless given --split)")
     p.add_argument("--no-save", action="store_true", help="print only; no row in bench/results/")
     args = p.parse_args(argv)
     text, figures = table(Path(args.dir), args.before, args.after)
     print(text)
     head = next(f for f in figures if f["measure"] == "rates/unfitting")
     if not args.no_save:
-        load = os.getloadavg()[0]
         append_row(Path(__file__).parent / "results" / "dpo_tool_hallucination.jsonl", {
             "bench": "dpo_tool_hallucination", "dir": args.dir, "before": args.before, "after": args.after,
-            "figures": figures, "commit": commit(), "machine": machine(load, load)})
+            "figures": figures, **provenance(args.split)})
     print(f"RESULT dpo_tool_hallucination: {head['before']:.1%} -> {head['after']:.1%} tool-call rate "
           f"({head['change'] * 100:+.1f} ± {head['se'] * 100:.1f} points paired se over {head['n']} held-out prompts "
           f"offered unfitting tools)")

@@ -17,11 +17,10 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import posttrain  # noqa: F401  (before torch: the MKL shim of models/blas.py)
-from results_row import append_row, commit, machine, mean_se  # bench/results_row.py
+from results_row import append_row, machine, mean_se, provenance  # bench/results_row.py
 
 RESULTS = Path(__file__).resolve().parent / "results" / "eval_batch.jsonl"
 
@@ -45,7 +44,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     loaded = load_model("embedded")
-    tasks = arithmetic_tasks(args.n, 2, "validation", max_digits=2)  # the seed-0 pipeline's held-out set
+    tasks = arithmetic_tasks(args.n, 2, max_digits=2)  # the seed-0 pipeline's held-out set (its default split)
     prompts = [t.messages for t in tasks]
     times: dict[int, list[float]] = {b: [] for b in args.batches}
     answers: dict[int, list[str]] = {}
@@ -68,10 +67,10 @@ def main() -> None:
     print(f"every answer identical across batch sizes: {same}; load {load_before:.2f} -> {load_after:.2f}")
     first, last = args.batches[0], args.batches[-1]
     if not args.no_save:
-        append_row(RESULTS, {"bench": "eval_batch", "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                             "commit": commit(), "args": vars(args), "seconds": {str(b): times[b] for b in times},
+        append_row(RESULTS, {"bench": "eval_batch", "args": vars(args), "seconds": {str(b): times[b] for b in times},
                              "mean_se": {str(b): stats[b] for b in stats}, "tokens": {str(b): tokens[b] for b in tokens},
-                             "identical_answers": same, "machine": machine(load_before, load_after)})
+                             "identical_answers": same,
+                             **provenance("none", machine(load_before, load_after))})  # timed, not graded
     print(f"RESULT eval_batch: {stats[first][0] / stats[last][0]:.2f} x (greedy measurement of {args.n} problems, "
           f"batch {first} {stats[first][0]:.1f} ± {stats[first][1]:.1f} s / batch {last} {stats[last][0]:.1f} ± "
           f"{stats[last][1]:.1f} s, {args.threads} threads, {args.rounds} rounds; identical answers: {same})")

@@ -26,12 +26,11 @@ import os
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import posttrain  # noqa: F401  (first: on AMD CPUs it loads models/blas.py's shim before torch)
 from posttrain.models import blas
-from results_row import append_row, commit, machine, mean_se  # bench/results_row.py (sys.path[0] is bench/)
+from results_row import append_row, machine, mean_se, provenance  # bench/results_row.py (sys.path[0] is bench/)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "gemm_shapes.jsonl"
 HIDDEN, MLP, VOCAB = 576, 1536, 49152
@@ -78,15 +77,15 @@ def compare_mkl_amd(args: argparse.Namespace) -> None:
                   f"  shim {f['gflops']:6.1f} ± {f['gflops_se']:4.1f} GFLOP/s  ({f['gflops'] / off['gflops']:.2f}x)")
     import torch
 
-    row = {"bench": "gemm_shapes", "mode": "mkl_amd_compare", "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "commit": commit(), "torch": torch.__version__, **machine(load_before, os.getloadavg()[0]), "figures": figures}
+    row = {"bench": "gemm_shapes", "mode": "mkl_amd_compare", "torch": torch.__version__, "figures": figures,
+           **provenance("none", machine(load_before, os.getloadavg()[0]))}  # random operands: nothing graded
     if not args.no_save:
         append_row(RESULTS, row)
     t, r = max(args.threads), (32 if 32 in args.rows else args.rows[0])
     on, off = by[True, t, r, "output"], by[False, t, r, "output"]
     print(f"RESULT gemm_shapes_mkl_amd: {on['gflops'] / off['gflops']:.2f} x (fp32 output layer, {r} rows, {t} threads: "
           f"{off['gflops']} ± {off['gflops_se']} -> {on['gflops']} ± {on['gflops_se']} GFLOP/s with the MKL shim, "
-          f"{args.reps} rounds; {row['cpu']['model']})")
+          f"{args.reps} rounds; {row['machine']['cpu']['model']})")
 
 
 def main() -> None:
@@ -130,16 +129,15 @@ def main() -> None:
     if args.child:
         print(json.dumps({"blas": blas.STATE, "figures": figures}))
         return
-    row = {"bench": "gemm_shapes", "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "commit": commit(), "torch": torch.__version__, **machine(load_before, os.getloadavg()[0]),
-           "figures": figures}
+    row = {"bench": "gemm_shapes", "torch": torch.__version__, "figures": figures,
+           **provenance("none", machine(load_before, os.getloadavg()[0]))}  # random operands: nothing graded
     if not args.no_save:
         append_row(RESULTS, row)
     outputs = [f for f in figures if f["layer"] == "output" and f["dtype"] == "fp32" and f["threads"] == max(args.threads)]
     key = next((f for f in outputs if f["rows"] == 32), outputs[0])
     mlp = next((f for f in figures if f["layer"] == "mlp" and f["dtype"] == "fp32" and f["rows"] == key["rows"]
                 and f["threads"] == key["threads"]), key)
-    cpu = row["cpu"]
+    cpu = row["machine"]["cpu"]
     print(f"RESULT gemm_shapes: {key['gflops']} GFLOP/s (fp32 output layer, {key['rows']} rows, {key['threads']} "
           f"threads, ± {key['gflops_se']}; MLP projection {mlp['gflops']}; {cpu['model']} "
           f"{'/'.join(cpu['vector']) or 'no AVX2'})")

@@ -47,11 +47,10 @@ import json
 import os
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from results_row import append_row, commit, machine  # bench/results_row.py (sys.path[0] is bench/ when run)
+from results_row import append_row, machine, provenance  # bench/results_row.py (sys.path[0] is bench/ when run)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "grpo_vs_trl.jsonl"
 PROMPTS, GROUP, MAX_NEW, LR = 8, 4, 48, 1e-6
@@ -160,13 +159,12 @@ def main() -> None:
     print(f"load average {load_before:.1f} -> {load_after:.1f}, {os.cpu_count()} cores, {torch.get_num_threads()} "
           f"threads, {args.steps} timed steps after 1 warm-up")
     row = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "bench": "grpo_vs_trl",
+        "bench": "grpo_vs_trl",
         "model": args.model, "dtype": "fp32", "prompts": PROMPTS, "group": GROUP, "max_new_tokens": MAX_NEW,
         "lr": LR, "timed_steps": args.steps, "posttrain_modes": ours, "trl": theirs, "speedup_by_mode": ratio,
         "posttrain": ours.get("skip", next(iter(ours.values()))), "speedup": ratio.get("skip", next(iter(ratio.values()))),
-        "machine": machine(load_before, load_after, threads=torch.get_num_threads()),
         "versions": {"torch": torch.__version__, "trl": trl.__version__},
-        "commit": commit(),
+        **provenance("none", machine(load_before, load_after, threads=torch.get_num_threads())),  # speed only
     }
     if args.model == "embedded":  # smoke tests are not results
         append_row(RESULTS, row)

@@ -17,10 +17,9 @@ import argparse
 import contextlib
 import copy
 import os
-from datetime import datetime, timezone
 from pathlib import Path
 
-from results_row import append_row, commit, machine  # bench/results_row.py (sys.path[0] is bench/ when run)
+from results_row import append_row, machine, provenance  # bench/results_row.py (sys.path[0] is bench/ when run)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "precision.jsonl"
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,11 +64,10 @@ def main() -> None:
     for name, e in errors.items():
         print(f"{name:14s} |dlogp| mean {e['mean']:.4f} p99 {e['p99']:.4f} max {e['max']:.4f}; |ratio-1| mean "
               f"{e['ratio_mean']:.4f} max {e['ratio_max']:.4f} ({e['tokens']} tokens)")
-    row = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "bench": "precision",
+    row = {"bench": "precision",
            "model": args.model, "probe": {"fp32_gflops": probe.fp32_gflops, "bf16_gflops": probe.bf16_gflops,
                                           "machine": probe.machine}, "decisions": decisions, "errors": errors,
-           "machine": machine(load_before, load_after),
-           "commit": commit()}
+           **provenance("train", machine(load_before, load_after))}  # the errors: on 16 SFT (train) rows
     if not args.no_save:
         append_row(RESULTS, row)
     a = errors["bf16_autocast"]

@@ -4,7 +4,7 @@ Issue 14, evidence (a) on a model that scores (docs/results/quantization.md). Th
 ``posttrain eval`` (the ``arithmetic`` environment: the pipeline's held-out problems, reasoning-on
 prompt, the math verifier); this script only compares its ``--out`` files:
 
-    python scripts/quant_accuracy.py runs/quant_acc/eval/bf16.json \
+    python bench/quant_accuracy.py runs/quant_acc/eval/bf16.json \
         all=runs/quant_acc/eval/all.json recipe=runs/quant_acc/eval/recipe.json ... \
         [--md table.md] [--bench-row]
 
@@ -24,7 +24,7 @@ One environment only, so the "median over environments" is that environment's re
 script says so rather than pretending to a median. ``--bench-row`` appends the table to
 ``bench/results/quant_accuracy.jsonl`` and prints the ``RESULT`` line. Load averages: each
 ``NAME.json`` may have a ``NAME.load`` beside it (``before after`` 1-minute load averages, written by
-``scripts/quant_evidence.sh accuracy``), reported in the table.
+``bench/quant_evidence.sh accuracy``), reported in the table.
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ import math
 import random
 import re
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +45,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from posttrain.eval.compare import paired_gain
 from posttrain.eval.report import load_results
 from posttrain.experiments.pipeline_report import binomial_se
+from results_row import DATA_SPLITS  # bench/results_row.py
 
 
 def per_task(paths: str) -> dict[str, dict[str, float]]:
@@ -74,6 +74,17 @@ def _per_task(path: str) -> dict[str, dict[str, float]]:
         for t in r.tasks:
             scores[t.task_id] = sum(s.reward for s in t.samples) / len(t.samples)
     return out
+
+
+def eval_split(paths: list[str]) -> str | None:
+    """The one split the ``posttrain eval`` files were scored on, for the bench row (a pipeline stage
+    JSON names none and is skipped); None when they name none or several."""
+    found = set()
+    for path in (p for item in paths for p in item.split(",")):
+        doc = json.loads(Path(path).read_text())
+        if "per_task" not in doc.get("result", doc):
+            found |= {r.split for r in load_results(path)}
+    return found.pop() if len(found) == 1 else None
 
 
 def seconds_of(paths: str) -> dict[str, float]:
@@ -219,6 +230,8 @@ def main() -> int:
     ap.add_argument("--md", help="also write the table here")
     ap.add_argument("--json", help="also write the rows here")
     ap.add_argument("--bench-row", action="store_true", help="append to bench/results/quant_accuracy.jsonl")
+    ap.add_argument("--split", choices=DATA_SPLITS, default=None,
+                    help="with --bench-row: the split the eval files scored (default: the one they record)")
     ap.add_argument("--exports", metavar="DIR",
                     help="with --bench-row: DIR/<NAME>/quant_report.json of each model goes into the row "
                          "(calibration and search seconds, checkpoint size, held-out loss / KL)")
@@ -237,14 +250,18 @@ def main() -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     if args.bench_row:
-        from results_row import append_row, commit, machine
+        from results_row import append_row, machine, provenance
 
         loads = [x for r in rows if r.get("load") for x in r["load"]]
-
+        split = args.split or eval_split([args.base, *(p for _, p in others)])
+        if split not in DATA_SPLITS:
+            raise SystemExit(f"--bench-row: the eval files record split {split!r}, not one of train, dev, test: "
+                             "give --split")
         append_row(ROOT / "bench" / "results" / "quant_accuracy.jsonl",
-                   {"time": time.time(), "commit": commit(), "base": args.base, "others": dict(others),
-                    "machine": machine(min(loads) if loads else -1.0, max(loads) if loads else -1.0, threads=1),
-                    "rows": rows, "exports": export_reports(args.exports, ["bf16"] + [n for n, _ in others])})
+                   {"bench": "quant_accuracy", "base": args.base, "others": dict(others),
+                    "rows": rows, "exports": export_reports(args.exports, ["bf16"] + [n for n, _ in others]),
+                    **provenance(split, machine(min(loads) if loads else -1.0, max(loads) if loads else -1.0,
+                                                threads=1))})
         greedy = [r for r in rows if r["mode"] == "greedy" and r["model"] not in ("bf16", "fp32")]
         best = max(greedy, key=lambda r: r["recovery"])
         worst = min(greedy, key=lambda r: r["recovery"])

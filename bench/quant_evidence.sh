@@ -2,7 +2,7 @@
 # Evidence for issue 14 (docs/results/quantization.md): FP8 PTQ of the embedded model and of the
 # tiny NemotronH, one thread, 1,024 calibration texts. Outputs in runs/quant_evidence/ (weights:
 # never committed); the small tables / plots the doc shows are copied to docs/results/.
-#   bash scripts/quant_evidence.sh [embedded|nemotronh|vllm|bench|heldout|transformers|accuracy|all]
+#   bash bench/quant_evidence.sh [embedded|nemotronh|vllm|bench|heldout|transformers|accuracy|all]
 # One calibration pass per (model, calibration source) is shared by every policy
 # (calibration.scales=FILE); the generic pass of the embedded model is the bench's.
 set -euo pipefail
@@ -13,7 +13,7 @@ PT="python -m posttrain.cli"
 VLLM_VENV=${POSTTRAIN_VLLM_VENV:-/work/venv-vllm}
 mkdir -p $E $N docs/results
 [ -f $R/arith.jsonl ] || $PT make-data arithmetic --n 2000 --seed 0 --out $R/arith.jsonl
-[ -f $R/arith_val.jsonl ] || $PT make-data arithmetic --n 300 --seed 1 --split validation --out $R/arith_val.jsonl
+[ -f $R/arith_val.jsonl ] || $PT make-data arithmetic --n 300 --seed 1 --split dev --out $R/arith_val.jsonl
 what=${1:-all}
 on() { [[ $what == "$1" || $what == all ]]; }
 
@@ -45,14 +45,14 @@ if on nemotronh; then
       'policy.keep_bf16=[^model\.layers\.0\.mixer$]' kv_cache=on > $N.recipe_fp8attn.log
   $PT quantize --model tiny-nemotronh --out $N/all_generic threads=1 activations=static calibration.source=generic \
       calibration.samples=1024 calibration.max_seq_len=128 search.samples=64 policy.type=all > $N.all_generic.log
-  python scripts/quant_heldout.py tiny-nemotronh $R/arith_val.jsonl 128 $N/all $N/all_generic $N/recipe \
+  python bench/quant_heldout.py tiny-nemotronh $R/arith_val.jsonl 128 $N/all $N/all_generic $N/recipe \
       $N/searched $N/recipe_fp8attn --json $R/nemotronh_heldout.json > $R/nemotronh_heldout.md
   cp $N/all-search/sensitivity.png docs/results/quant_sensitivity_nemotronh.png
   cp $N/all-search/sensitivity.md docs/results/quant_sensitivity_nemotronh.md
 fi
 
 if on vllm; then
-  python scripts/quant_vllm_check.py $E/all $E/recipe --venv $VLLM_VENV --json $R/vllm_check.json | tee $R/vllm_check.log
+  python bench/quant_vllm_check.py $E/all $E/recipe --venv $VLLM_VENV --json $R/vllm_check.json | tee $R/vllm_check.log
 fi
 
 if on bench; then
@@ -65,13 +65,13 @@ if on bench; then
 fi
 
 if on heldout; then
-  python scripts/quant_heldout.py embedded $R/arith_val.jsonl 64 $E/all $E/all_kv $E/recipe $E/recipe_nokv \
+  python bench/quant_heldout.py embedded $R/arith_val.jsonl 64 $E/all $E/all_kv $E/recipe $E/recipe_nokv \
       $E/searched $E/all_generic --json $R/embedded_heldout.json > $R/embedded_heldout.md
 fi
 
 if on transformers; then
   # (d) needs compressed-tensors (the [quant] extra, installed by make setup)
-  python scripts/quant_transformers_check.py $E/all $N/all $N/recipe | tee $R/transformers_check.log
+  python bench/quant_transformers_check.py $E/all $N/all $N/recipe | tee $R/transformers_check.log
 fi
 
 if on accuracy; then
@@ -96,7 +96,7 @@ if on accuracy; then
   # greedy for every model first, then sampled avg@4 (t=0.7, sampling seed 2); ACC_SAMPLED="" skips it
   ev() {  # model, output name, extra eval args
     local l0; l0=$(cut -d' ' -f1 /proc/loadavg)
-    $PT eval --env arithmetic --model $A/$1 --split validation --n 200 --seed 2 --max-new-tokens 80 \
+    $PT eval --env arithmetic --model $A/$1 --split test --n 200 --seed 2 --max-new-tokens 80 \
         --batch-size 32 --threads 1 --no-progress "${@:3}" --out $A/eval/$2.json > $A/eval/$2.log
     echo "$l0 $(cut -d' ' -f1 /proc/loadavg)" > $A/eval/$2.load
   }
@@ -105,7 +105,7 @@ if on accuracy; then
   for m in ${ACC_SAMPLED-bf16 recipe all_kv searched all recipe_nokv}; do ev $m ${m}_s4 --k 4 --temperature 0.7; done
   arg() { local f=$A/eval/$1.json; [ -f $A/eval/$1_s4.json ] && f=$f,$A/eval/$1_s4.json; echo $f; }
   # PIPE_MEASURE: the pipeline's stage JSON that measured $SFT in float32 (runs/<pipeline>/stages/after*.json)
-  python scripts/quant_accuracy.py $(arg bf16) ${PIPE_MEASURE:+fp32=$PIPE_MEASURE} \
+  python bench/quant_accuracy.py $(arg bf16) ${PIPE_MEASURE:+fp32=$PIPE_MEASURE} \
       $(for m in all recipe searched all_kv recipe_nokv; do echo $m=$(arg $m); done) \
       --md $A/accuracy.md --json $A/accuracy.json --bench-row --exports $A | tee $A/accuracy.log
 fi

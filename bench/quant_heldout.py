@@ -1,12 +1,15 @@
 """Held-out loss, KL(BF16 ‖ FP8) and top-1 agreement of exported FP8 checkpoints on the same SFT
 validation texts (for calibration SFT vs generic, and the policies, on one footing).
 
-    python scripts/quant_heldout.py BF16_SPEC VAL.jsonl N EXPORT_DIR [EXPORT_DIR ...] [--json OUT]
+    python bench/quant_heldout.py BF16_SPEC VAL.jsonl N EXPORT_DIR [EXPORT_DIR ...] [--json OUT]
+        [--split dev] [--no-save]
 
 BF16_SPEC is the model the exports came from (its weights are rounded to BF16, as the quantizer
 does). The N texts are scored in batches of 8; each figure is the token-weighted mean, and its
 standard error is the spread of the per-batch values over the batches (Δ loss is paired: FP8 minus
-BF16 on the same batch). Prints a Markdown table; ``--json`` also writes the figures.
+BF16 on the same batch). Prints a Markdown table; ``--json`` also writes the figures. Appends one
+row to bench/results/quant_heldout.jsonl (``--no-save``: none); ``--split`` names the split VAL.jsonl
+was made from (``posttrain make-data --split``; default dev) for the row.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from results_row import DATA_SPLITS  # noqa: E402  bench/results_row.py (sys.path[0] is bench/ when run)
 
 
 def mean_se(values: list[float], weights: list[float]) -> tuple[float, float]:
@@ -38,11 +43,18 @@ def main() -> int:
     from posttrain.quant.simulate import round_weights
 
     args = sys.argv[1:]
-    out_json = None
+    out_json, split, save = None, "dev", "--no-save" not in args
+    args = [a for a in args if a != "--no-save"]
     if "--json" in args:
         i = args.index("--json")
         out_json = args[i + 1]
         del args[i:i + 2]
+    if "--split" in args:
+        i = args.index("--split")
+        split = args[i + 1]
+        del args[i:i + 2]
+    if split not in DATA_SPLITS:
+        raise SystemExit(f"--split {split!r}: give train, dev or test (the split VAL.jsonl was made from)")
     spec, val, n, exports = args[0], args[1], int(args[2]), args[3:]
     loaded = load_model(spec, device="cpu", dtype=torch.float32)
     round_weights(loaded.model, torch.bfloat16)
@@ -72,6 +84,11 @@ def main() -> int:
         del model
     if out_json:
         Path(out_json).write_text(json.dumps(rows, indent=1))
+    if save:
+        from results_row import append_row, provenance
+
+        append_row(Path(__file__).resolve().parent / "results" / "quant_heldout.jsonl", {
+            "bench": "quant_heldout", "model": spec, "texts_file": val, **rows, **provenance(split)})
     return 0
 
 

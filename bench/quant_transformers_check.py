@@ -1,13 +1,14 @@
 """(d) of issue 14: an exported FP8 checkpoint loads in transformers (through compressed-tensors)
 and gives the same greedy outputs as posttrain's in-process FP8 simulation.
 
-    /tmp/venv-fp8/bin/python scripts/quant_transformers_check.py EXPORT_DIR [...]
+    /tmp/venv-fp8/bin/python bench/quant_transformers_check.py EXPORT_DIR [...] [--no-save]
 
 For each export: greedy-decode 32 tokens for each prompt with (1) transformers'
 ``AutoModelForCausalLM.from_pretrained`` and (2) ``posttrain.quant.checkpoint.load_fp8``, with
 the same chat rendering; print per prompt whether the token ids are identical, and the largest
 logit difference on the prompt. With an FP8 KV cache in the export, (2) is also run without its
-KV simulation, since transformers does not apply the KV scales (vLLM does).
+KV simulation, since transformers does not apply the KV scales (vLLM does). Appends one row to
+bench/results/quant_transformers_check.jsonl (``--no-save``: none).
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ def main() -> int:
     from posttrain.quant.simulate import set_kv_enabled
 
     logging.set_verbosity_error()
-    for path in sys.argv[1:]:
+    paths = [a for a in sys.argv[1:] if a != "--no-save"]
+    results = {}
+    for path in paths:
         t = time.perf_counter()
         theirs = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
         t_load = time.perf_counter() - t
@@ -66,6 +69,15 @@ def main() -> int:
         if has_kv:
             line += f"; without posttrain's KV-cache simulation: identical {same_nokv}/{len(PROMPTS)}"
         print(line, flush=True)
+        results[path] = {"load_s": round(t_load, 1), "identical": same, "prompts": len(PROMPTS),
+                         "max_logit_diff": maxdiff, **({"identical_without_kv": same_nokv} if has_kv else {})}
+    if "--no-save" not in sys.argv[1:]:
+        import transformers
+        from results_row import append_row, provenance  # bench/results_row.py (sys.path[0] is bench/ when run)
+
+        append_row(Path(__file__).resolve().parent / "results" / "quant_transformers_check.jsonl", {
+            "bench": "quant_transformers_check", "transformers": transformers.__version__, "exports": results,
+            **provenance("none")})  # five made-up chat prompts: the loaders compared, nothing graded
     return 0
 
 

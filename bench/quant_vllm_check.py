@@ -1,7 +1,7 @@
 """(d) of issue 14, vLLM half: load an exported FP8 checkpoint in vLLM (CPU) and compare its greedy
 outputs with posttrain's in-process FP8 simulation (``load_fp8``) on a few chat prompts.
 
-    python scripts/quant_vllm_check.py EXPORT_DIR [EXPORT_DIR ...] [--venv /work/venv-vllm] [--json OUT]
+    python bench/quant_vllm_check.py EXPORT_DIR [EXPORT_DIR ...] [--venv /work/venv-vllm] [--json OUT]
 
 The main environment renders the prompts to token ids and decodes with ``load_fp8``; vLLM lives in
 its own virtualenv (``--venv``, or ``$POSTTRAIN_VLLM_VENV``, or ``.venv-vllm``), where this same
@@ -147,6 +147,7 @@ def main() -> int:
     ap.add_argument("exports", nargs="+")
     ap.add_argument("--venv", default=None)
     ap.add_argument("--json", default=None, help="write every result here")
+    ap.add_argument("--no-save", action="store_true", help="append no row to bench/results/quant_vllm_check.jsonl")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     results = {}
@@ -167,6 +168,14 @@ def main() -> int:
                           f"vLLM's token ranked {d['vllm_token_rank']} by our model")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
+    if not args.no_save:
+        from results_row import append_row, provenance  # bench/results_row.py (sys.path[0] is bench/ when run)
+
+        drop = ("outputs", "ours")  # the token ids: in --json
+        append_row(ROOT / "bench" / "results" / "quant_vllm_check.jsonl", {
+            "bench": "quant_vllm_check", "max_tokens": MAX_TOKENS,
+            "exports": {p: {k: v for k, v in r.items() if k not in drop} for p, r in results.items()},
+            **provenance("none")})  # five made-up chat prompts: the engines compared, nothing graded
     return 0
 
 

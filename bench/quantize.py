@@ -25,9 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from results_row import (
-    append_row,  # bench/results_row.py (sys.path[0] is bench/ when run)
-)
+from results_row import append_row, machine, provenance  # bench/results_row.py (sys.path[0] is bench/ when run)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -93,9 +91,10 @@ def main() -> int:
         print(f"{name:18s} {r['fp8_linears']:7d} {r['seconds_load']:7.1f} {r['seconds_calibrate']:8.1f} "
               f"{r['seconds_export']:9.1f} {r['checkpoint_bytes'] / mib:13.1f} {r['bf16_bytes'] / mib:9.1f} "
               f"{r['checkpoint_bytes'] / r['bf16_bytes']:6.3f}" + ("  (scales reused)" if r["scales_reused"] else ""))
-    append_row(RESULTS, {"time": time.time(), "model": args.model, "samples": args.samples, "seq": args.seq,
-                            "threads": args.threads, "loadavg_before": load_before, "loadavg_after": load_after,
-                            "results": rows})
+    append_row(RESULTS, {"bench": "quantize", "model": args.model, "samples": args.samples, "seq": args.seq,
+                         "threads": args.threads, "loadavg_before": load_before, "loadavg_after": load_after,
+                         "results": rows,  # times and sizes of generic-text calibration: nothing graded
+                         **provenance("none", machine(load_before[0], load_after[0], threads=args.threads))})
     st = rows["all/static"]
     print(f"RESULT quantize_embedded: {st['seconds_calibrate'] + st['seconds_export']:.1f} s "
           f"(calibrate {args.samples} texts + export, all linears FP8 static; checkpoint "

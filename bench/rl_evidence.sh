@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The runs behind docs/results/rlvr.md and docs/results/mopd.md, on the embedded SmolLM2-135M.
-#   bash scripts/rl_evidence.sh            # every stage not yet finished (re-running resumes)
-#   python scripts/rl_evidence_report.py   # tables + plots from the runs' metrics
+#   bash bench/rl_evidence.sh            # every stage not yet finished (re-running resumes)
+#   python bench/rl_evidence_report.py   # tables + plots from the runs' metrics
 # Two runs at a time with one torch thread each: on 2 cores that beats one run with 2 threads.
 # (The recorded runs were scheduled by hand in the same way: each run started as soon as a core
 #  and its inputs were free; mopd_math right after math_only, mopd_mix after both specialists.)
@@ -48,7 +48,7 @@ distill mopd_math "envs=[{$MATH}, {$MCQ, ratio: 0}, {$INSTR, ratio: 0}]" train.s
   teachers.default=math_rl &
 wait
 # 4. seed noise: the two mix runs again with seed 1
-if [ "${SEEDS:-1}" -gt 1 ]; then  # SEEDS=2 bash scripts/rl_evidence.sh
+if [ "${SEEDS:-1}" -gt 1 ]; then  # SEEDS=2 bash bench/rl_evidence.sh
   rl mix_curriculum_seed1 20 train.seed=1 &
   rl mix_random_seed1 20 train.seed=1 curriculum.kind=random &
   wait
@@ -72,4 +72,4 @@ validate base embedded &
 validate seed0 $E/mix_final_seed0/checkpoints/step_000024 &
 wait
 validate seed1 $E/mix_final_seed1/checkpoints/step_000024
-echo "evidence runs finished: python scripts/rl_evidence_report.py"
+echo "evidence runs finished: python bench/rl_evidence_report.py"

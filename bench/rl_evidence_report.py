@@ -1,11 +1,13 @@
-"""Tables and plots for docs/results/rlvr.md and docs/results/mopd.md from scripts/rl_evidence.sh's runs.
+"""Tables and plots for docs/results/rlvr.md and docs/results/mopd.md from bench/rl_evidence.sh's runs.
 
-    python scripts/rl_evidence_report.py [--runs runs/evidence] [--out docs/results]
+    python bench/rl_evidence_report.py [--runs runs/evidence] [--out docs/results] [--no-save]
 
 Held-out score = the run's own validation (greedy, n validation-split tasks per environment, the
 same tasks in every run with the same n), read from metrics.jsonl at step 0 (the base model) and at
 the last step. A score is a mean over n tasks, so its standard error is about sqrt(p(1-p)/n):
 0.04-0.07 for the n = 48 scores here, 0.03-0.05 for the n = 96 ones of (a)'s final runs.
+Appends the summary (rl_evidence.json without the curves) to bench/results/rl_evidence.jsonl: the
+runs' validation, i.e. their dev tasks (``--no-save``: no row).
 """
 
 from __future__ import annotations
@@ -154,6 +156,7 @@ def main() -> int:
     ap.add_argument("--runs", default="runs/evidence")
     ap.add_argument("--out", default="docs/results")
     ap.add_argument("--per-step", type=int, default=36, help="rollouts per step (P x G)")
+    ap.add_argument("--no-save", action="store_true", help="append no row to bench/results/rl_evidence.jsonl")
     args = ap.parse_args()
     runs, out = Path(args.runs), Path(args.out)
     names = ["mix_curriculum", "mix_random", "math_only", "instruction_only", "mopd_mix", "mopd_math",
@@ -234,6 +237,12 @@ def main() -> int:
     final_a(runs, out, summary)
     (out / "rl_evidence.json").write_text(json.dumps(summary, indent=1))
     print(f"\nwrote {out / 'rl_evidence.json'}, {out / 'rlvr.png'}, {out / 'mopd.png'}")
+    if not args.no_save:
+        from results_row import append_row, provenance  # bench/results_row.py (sys.path[0] is bench/ when run)
+
+        append_row(Path(__file__).resolve().parent / "results" / "rl_evidence.jsonl", {
+            "bench": "rl_evidence", "runs": str(runs), **{k: v for k, v in summary.items() if k != "curves"},
+            **provenance("dev")})  # every score is an RL run's validation: its dev tasks
     return 0
 
 

@@ -26,7 +26,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from results_row import append_row, commit, mean_se  # bench/results_row.py (sys.path[0] is bench/ when run)
+from results_row import append_row, mean_se, provenance  # bench/results_row.py (sys.path[0] is bench/ when run)
 
 from posttrain.eval.compare import paired_gain, read_task_rewards
 
@@ -141,7 +141,7 @@ def main() -> int:
                    and (args.root / f"off_{p.name.split('_')[1]}").is_dir())
     if not seeds:
         raise SystemExit(f"{args.root}: no pair of runs on_<seed>, off_<seed>")
-    record: dict[str, Any] = {"bench": "rlhf_length_control", "commit": commit(), "seeds": {}}
+    record: dict[str, Any] = {"bench": "rlhf_length_control", "seeds": {}}
     for s in seeds:
         on_dir, off_dir = args.root / f"on_{s}", args.root / f"off_{s}"
         on, off = summarize(on_dir), summarize(off_dir)
@@ -196,7 +196,8 @@ def main() -> int:
     print(f"\nRESULT rlhf_length_control: {change:+.0f} % (held-out reasoning tokens at the end, length control on "
           f"vs off, {len(seeds)} seed(s))")
     if not args.no_row:
-        append_row(Path(__file__).resolve().parent / "results" / "rlhf_length_control.jsonl", record)
+        append_row(Path(__file__).resolve().parent / "results" / "rlhf_length_control.jsonl",
+                   record | provenance("dev"))  # the runs' validation records: their dev tasks
     return 0
 
 

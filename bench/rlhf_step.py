@@ -22,14 +22,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from results_row import append_row  # bench/results_row.py (sys.path[0] is bench/ when run)
+from results_row import append_row, machine, provenance  # bench/results_row.py (sys.path[0] is bench/ when run)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "rlhf_step.jsonl"
 
@@ -87,14 +85,15 @@ def main() -> None:
         for name, batched in (("batched", True), ("per_comparison", False)):
             modes[name] = figures(run_rlhf(args, Path(tmp) / name, batched))
     record = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "model": args.model,
+        "bench": "rlhf_step", "model": args.model,
         "judge": args.judge or args.model, "dtype": "float32", "prompts": args.prompts, "group": args.group,
         "max_new_tokens": args.max_new_tokens, "judge_tokens": args.judge_tokens, "retries": args.retries,
-        "threads": torch.get_num_threads(), "cpus": os.cpu_count(), "machine": platform.processor() or platform.machine(),
+        "threads": torch.get_num_threads(),
         "load_avg_before": round(load_before, 2), "load_avg_after": round(os.getloadavg()[0], 2),
         **{f"{m}/{k}": v for m, f in modes.items() for k, v in f.items()},
         "batched_speedup_judge": round(modes["per_comparison"]["judge_s_per_step"] / modes["batched"]["judge_s_per_step"], 2),
         "wall_s": round(time.perf_counter() - t0, 1),
+        **provenance("none", machine(load_before, os.getloadavg()[0], threads=torch.get_num_threads())),  # speed
     }
     print(f"{'':16s}{'judge tok/s':>12s}{'judge share':>12s}{'judge s':>9s}{'step s':>9s}{'fallback':>10s}")
     for m, f in modes.items():

@@ -35,11 +35,10 @@ import os
 import platform
 import statistics
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from results_row import append_row, commit, machine  # bench/results_row.py (sys.path[0] is bench/ when run)
+from results_row import append_row, machine, provenance  # bench/results_row.py (sys.path[0] is bench/ when run)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "rollout_throughput.jsonl"
 ROOT = Path(__file__).resolve().parent.parent
@@ -200,12 +199,11 @@ def main() -> None:
 
     default = resolve("auto", "sampling").precision  # what rollout.engine.dtype=auto samples with here
     head = next(r for r in table if r["weights"] == default and r["batch"] == max(batches))
-    row = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "bench": "rollout_throughput",
+    row = {"bench": "rollout_throughput",
            "kind": "bandwidth_limit", "model": args.model, "args": vars(args), "bandwidth_read_gbs": read_gbs,
            "bandwidth_copy_gbs": copy_gbs, "peak_gflops": peak, "prompt_tokens": prompt_len, "table": table,
            "bf16_logprob_error": lp_err, "sampler_share": share, "default_sampling_weights": default,
-           "machine": machine(load_before, load_after, threads=args.threads),
-           "commit": commit()}
+           **provenance("none", machine(load_before, load_after, threads=args.threads))}  # made-up prompts, timed
     if not args.no_save:
         append_row(RESULTS, row)
     print(f"RESULT rollout_throughput: {head['frac_bandwidth']:.2f} of bandwidth limit (HFGenerator {default} decode, "

@@ -33,7 +33,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from results_row import append_row  # noqa: E402  bench/results_row.py (sys.path[0] is bench/ when run)
+from results_row import append_row, machine, provenance  # noqa: E402  bench/results_row.py (sys.path[0] is bench/ when run)
 
 RESULTS = ROOT / "bench" / "results" / "scale_rl.jsonl"
 
@@ -211,7 +211,9 @@ def main() -> None:
         append_row(RESULTS, {k: v for k, v in r.items() if k not in ("metrics", "run_dir")} | {
             "bench": "scale_rl", "model": args.model, "env": args.env, "steps": args.steps, "prompts": args.prompts,
             "max_new_tokens": args.max_new_tokens, "lr": args.lr, "extra": args.extra, "load_avg_1m_start": round(load0[0], 2),
-            "load_avg_1m_end": round(load1[0], 2), "cpus": os.cpu_count(), "time": time.time()})
+            "load_avg_1m_end": round(load1[0], 2),
+            # steps/min, and the greedy validation reward on the RL run's dev tasks
+            **provenance("dev", machine(load0[0], load1[0], threads=1))})
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import torch
 
-from results_row import append_row, commit, machine  # bench/results_row.py (sys.path[0] is bench/ when run)
+from results_row import append_row, machine, provenance  # bench/results_row.py (sys.path[0] is bench/ when run)
 
 
 def matmul_peaks() -> dict[str, float]:
@@ -256,11 +256,11 @@ def main() -> int:
                 print(f"  {k:45s} {v:6.2f} s  {100 * v / prof['total step']:5.1f}%")
     if not args.no_save:
         out = Path(__file__).parent / "results" / "sft_throughput.jsonl"
-        append_row(out, {"time": time.time(), "model": args.model, "peaks": peaks, "precision": precision,
+        append_row(out, {"bench": "sft_throughput", "model": args.model, "peaks": peaks, "precision": precision,
                          "best_peak": best, "results": results, "speedup": speedup, "profile": prof,
-                         "args": vars(args), "commit": commit(), "auto_attention": auto_attention,
-                         "machine": machine(load_before, load_after, threads=torch.get_num_threads(),
-                                            capability=torch.backends.cpu.get_cpu_capability())})
+                         "args": vars(args), "auto_attention": auto_attention,
+                         **provenance("none", machine(load_before, load_after, threads=torch.get_num_threads(),
+                                                      capability=torch.backends.cpu.get_cpu_capability()))})
     print(f"RESULT sft_throughput: {100 * auto['frac_best_peak']:.1f} % of the best matmul peak ({best} "
           f"{peaks[best] / 1e9:.0f} GFLOP/s; posttrain SFT in {precision}, {auto['tokens_per_s']:.1f} ± "
           f"{auto['tokens_per_s_se']:.1f} tokens/s at 6N FLOP/token, {torch.get_num_threads()} threads)")

@@ -33,7 +33,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from results_row import append_row, commit, machine, mean_se  # noqa: E402  bench/results_row.py
+from results_row import append_row, machine, mean_se, provenance  # noqa: E402  bench/results_row.py
 
 RESULTS = ROOT / "bench" / "results" / "sharded_trainer.jsonl"
 
@@ -160,8 +160,7 @@ def torch_part(args) -> list[str]:
                              "update_s_one": t1, "update_s_two": t2,
                              "loss": [one[-1]["loss"], two[-1]["loss"]],
                              "grad_norm": [one[-1]["grad_norm"], two[-1]["grad_norm"]],
-                             "commit": commit(), "machine": machine(load0, load1, threads_per_rank=1),
-                             "time": time.strftime("%Y-%m-%dT%H:%M:%S")})
+                             **provenance("none", machine(load0, load1, threads_per_rank=1))})  # memory, time
         lines.append((model, max(mib2) / mib1, t1[0] / t2[0]))
     return lines
 
@@ -210,8 +209,7 @@ def ray_part(args) -> str:
           f"difference {diffs['grad_norm_rel']:.2e}, same rewards every step: {diffs['same_rewards']}")
     append_row(RESULTS, {"bench": "sharded_trainer", "part": "ray", "model": "tiny-llama", "rounds": args.rounds,
                          "steps": args.ray_steps, **{k: v for k, v in stats.items()}, "differences": diffs,
-                         "commit": commit(), "machine": machine(load0, load1, threads_per_rank=1),
-                         "time": time.strftime("%Y-%m-%dT%H:%M:%S")})
+                         **provenance("none", machine(load0, load1, threads_per_rank=1))})  # time, no grading
     return stats["time_update_s"]
 
 

@@ -25,14 +25,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from results_row import append_row  # bench/results_row.py (sys.path[0] is bench/ when run)
+from results_row import append_row, machine, provenance  # bench/results_row.py (sys.path[0] is bench/ when run)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "teacher_scoring.jsonl"
 
@@ -80,11 +78,9 @@ def main() -> None:
     tokens, teacher_s, step_s = total("teacher_tokens"), total("time_teacher_s"), total("step_s")
     update_s = total("time_train_s") - teacher_s
     record = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "model": args.model, "teacher": args.teacher or args.model, "dtype": "float32", "steps": len(rows),
+        "bench": "teacher_scoring", "model": args.model, "teacher": args.teacher or args.model, "dtype": "float32", "steps": len(rows),
         "prompts": args.prompts, "group": args.group, "max_new_tokens": args.max_new_tokens,
-        "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
-        "machine": platform.processor() or platform.machine(),
+        "threads": torch.get_num_threads(),
         "load_avg_before": round(load_before, 2), "load_avg_after": round(load_after, 2),
         "teacher_tokens_per_step": round(tokens / len(rows), 1),
         "teacher_tokens_per_s": round(tokens / teacher_s, 1),
@@ -93,6 +89,7 @@ def main() -> None:
         "s_per_step": round(step_s / len(rows), 2), "teacher_s_per_step": round(teacher_s / len(rows), 3),
         "generate_s_per_step": round(total("time_generate_s") / len(rows), 2),
         "update_s_per_step": round(update_s / len(rows), 2), "wall_s": round(wall, 1),
+        **provenance("none", machine(load_before, load_after, threads=torch.get_num_threads())),  # speed only
     }
     print(f"teacher scoring: {record['teacher_tokens_per_s']:.1f} tokens/s "
           f"({record['teacher_tokens_per_step']:.0f} tokens, {record['teacher_s_per_step']:.3f} s a step)")

@@ -27,10 +27,9 @@ import os
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
-from results_row import append_row, commit, machine, mean_se  # bench/results_row.py (sys.path[0] is bench/ when run)
+from results_row import append_row, machine, mean_se, provenance  # bench/results_row.py (sys.path[0] is bench/ when run)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "threads.jsonl"
 ROOT = Path(__file__).resolve().parent.parent
@@ -155,9 +154,9 @@ def idle_policies(repeats: int, save: bool, with_load: bool) -> None:
         print(f"  {key:16s} SFT step ({runs[0]['precision']}) {a:5.2f} ± {sa:.2f} s   decode 32 x 40 {b:5.2f} ± {sb:.2f} s")
     t = {x["setting"]: x for x in table}
     if save:
-        append_row(RESULTS, {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "bench": "threads",
-                             "mode": "idle_policies", "repeats": repeats, "policies": POLICIES, "table": table,
-                             "raw": res, "machine": machine(load_before, load_after), "commit": commit()})
+        append_row(RESULTS, {"bench": "threads", "mode": "idle_policies", "repeats": repeats, "policies": POLICIES,
+                             "table": table, "raw": res,
+                             **provenance("none", machine(load_before, load_after))})  # timed, not graded
     print(f"RESULT threads_idle_policy: {t['PASSIVE']['sft_step_s'][0] / t['governed']['sft_step_s'][0]:.2f} x "
           f"(SFT step time, OMP_WAIT_POLICY=PASSIVE / governed spinning, 2 threads, idle, {repeats} repeats)")
 
@@ -209,10 +208,8 @@ def main() -> None:
     ratio = default_loaded["loaded"][0] / best_loaded["loaded"][0]
     print(f"best under a competing load: {best_loaded['threads']} thread(s), OMP_WAIT_POLICY="
           f"{best_loaded['omp_wait_policy']}")
-    row = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "bench": "threads",
-           "args": vars(args), "table": table, "raw": {str(k): v for k, v in rates.items()},
-           "machine": machine(load_before, load_after),
-           "commit": commit()}
+    row = {"bench": "threads", "args": vars(args), "table": table, "raw": {str(k): v for k, v in rates.items()},
+           **provenance("none", machine(load_before, load_after))}  # timed, not graded
     if not args.no_save:
         append_row(RESULTS, row)
     print(f"RESULT threads: {ratio:.2f} ratio (torch default 2 threads + default OpenMP wait under a competing "

@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from results_row import append_row  # bench/results_row.py (sys.path[0] is bench/ when run)
+from results_row import append_row, provenance  # bench/results_row.py (sys.path[0] is bench/ when run)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "verify_throughput.jsonl"
 
@@ -328,14 +328,6 @@ def ratios(rows: list[Row]) -> dict[str, float]:
     return out
 
 
-def git_commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, cwd=Path(__file__).parent).stdout.strip()
-    except OSError:
-        return ""
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", default=",".join(CASES), help="comma-separated case names")
@@ -368,10 +360,10 @@ def main() -> None:
         target = "  (target: <= 2)" if name.startswith("sandbox") else "  (for reference)"
         print(f"cost ratio {name}: {value:.3f}{target}")
     record = {
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "git": git_commit(),
-        "cpus": os.cpu_count(), "loadavg": os.getloadavg(), "workers": args.workers,
+        "bench": "verify_throughput", "workers": args.workers,
         "rounds": args.rounds, "block": args.block, "sandbox_isolation": list(isolation),
         "rows": [asdict(r) for r in rows], "ratios": found,
+        **provenance("none"),  # replies made to earn full marks, timed: nothing graded as a figure
     }
     if not args.no_save:
         append_row(RESULTS, record)

@@ -21,15 +21,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
-from results_row import append_row  # bench/results_row.py (sys.path[0] is bench/ when run)
+from results_row import append_row, provenance  # bench/results_row.py (sys.path[0] is bench/ when run)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "vllm_vs_hf.jsonl"
@@ -145,13 +143,12 @@ def main() -> None:
     print(f"RESULT vllm_engine_start: {info['engine_start_s']} s (VLLMGenerator construction: save weights, "
           f"load, profile, KV cache; first call {info['first_call_s']} s)")
     record = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "model": "embedded",
+        "bench": "vllm_vs_hf", "model": "embedded",
         "max_new_tokens": args.max_new_tokens, "rounds": args.rounds, "batches": list(BATCHES),
-        "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-        "load_avg_1m_at_end": round(os.getloadavg()[0], 2),  # the machine is shared: context for the figures
-        "machine": platform.processor() or platform.machine(),
+        "torch_threads": torch.get_num_threads(),
         "tokens_per_s": {k: {str(b): round(v, 1) for b, v in r.items()} for k, r in rates.items()},
         "tokens": {k: {str(b): v for b, v in r.items()} for k, r in tokens.items()}, **info,
+        **provenance("none"),  # tokens/s of made-up prompts (the machine: with the load averages at the end)
     }
     if not args.no_save:
         append_row(RESULTS, record)

@@ -1,4 +1,4 @@
-"""A file of bench/ or scripts/ (folders of scripts, not packages) imported as a module for a test."""
+"""A file of bench/ (a folder of scripts, not a package) imported as a module for a test."""
 
 from __future__ import annotations
 

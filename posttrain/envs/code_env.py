@@ -17,7 +17,7 @@ Tests are balanced (``code_tasks.max_same_output``): no expected output answers 
 of them, so a constant function fails at least 4 of them (``tests_per_task >= MIN_TESTS`` = 8), and
 so does one that hard-codes the shown examples and returns a constant otherwise. The best
 constant output per task averages 0 under ``"all"`` (``tests/reward_hacking/test_redteam_code.py``,
-``scripts/code_constant_baseline.py``).
+``bench/code_constant_baseline.py``).
 
 Grading a rollout:
 

@@ -1,6 +1,6 @@
 """Does curation pay? Rejection-sampled SFT data against the same model's unfiltered samples.
 
-    python scripts/curation_vs_unfiltered.py --run-dir runs/curation   # the embedded model, ~20 min
+    python bench/curation_vs_unfiltered.py --run-dir runs/curation   # the embedded model, ~20 min
 
 The experiment isolates the effect of the verifier and filters (docs/recipe.md §1) from the effect of
 simply training on the model's own text:

@@ -2,7 +2,7 @@
 
 Runs where the vLLM virtualenv exists (``$POSTTRAIN_VLLM_VENV``, e.g. the shared /work/venv-vllm,
 else ``.venv-vllm``: the same rule and skip reasons as tests/integration/test_vllm_engine.py); the
-vLLM side is ``scripts/quant_vllm_check.py --serve`` in that venv. It asserts the behaviour
+vLLM side is ``bench/quant_vllm_check.py --serve`` in that venv. It asserts the behaviour
 documented in docs/results/quantization.md, "(d) vLLM":
 
 * dynamic per-token activations (the default): vLLM loads the export through compressed-tensors
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.vllm
 
 
 def _check_module():
-    spec = importlib.util.spec_from_file_location("quant_vllm_check", ROOT / "scripts" / "quant_vllm_check.py")
+    spec = importlib.util.spec_from_file_location("quant_vllm_check", ROOT / "bench" / "quant_vllm_check.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules["quant_vllm_check"] = mod
     spec.loader.exec_module(mod)

@@ -1,4 +1,4 @@
-"""scripts/quant_accuracy.py: the paired FP8-vs-BF16 table, on hand-made per-problem scores."""
+"""bench/quant_accuracy.py: the paired FP8-vs-BF16 table, on hand-made per-problem scores."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from tests.script_module import script_module
 
 @pytest.fixture(scope="module")
 def qa():
-    with script_module("scripts", "quant_accuracy") as m:
+    with script_module("bench", "quant_accuracy") as m:
         yield m
 
 
@@ -62,3 +62,16 @@ def test_compare_pairs_greedy_and_sampled_runs(qa, tmp_path):
     assert (s["accuracy"], s["diff"], s["recovery"]) == (0.5, 0.0, 1.0)  # fp32 has no sampled run: no row
     assert {r["model"] for r in rows if r["mode"] == "avg@2 t=0.7"} == {"bf16", "fp8"}
     assert "| fp8 | 50.0% ± 25.0 | -25.0 ±" in qa.markdown(rows)
+
+
+def test_the_row_names_the_split_the_eval_files_scored(qa, tmp_path):
+    """--bench-row's split is the one the ``posttrain eval`` files record (a pipeline stage JSON records none)."""
+    eval_json(tmp_path / "bf16.json", {"arith-1+1": [1.0]})
+    measure = tmp_path / "measure.json"
+    measure.write_text(json.dumps({"result": {"per_task": [{"id": "arith-1+1", "correct": 1.0}]}}))
+    assert qa.eval_split([str(tmp_path / "bf16.json"), str(measure)]) == "validation"  # as the file says
+    doc = json.loads((tmp_path / "bf16.json").read_text())
+    doc["results"][0]["split"] = "dev"
+    (tmp_path / "dev.json").write_text(json.dumps(doc))
+    assert qa.eval_split([str(tmp_path / "dev.json")]) == "dev"
+    assert qa.eval_split([f"{tmp_path}/bf16.json,{tmp_path}/dev.json"]) is None  # two splits: the caller must say

@@ -117,6 +117,10 @@ REPORTING_ONLY = {
     "posttrain/experiments/pipeline_report.py": "writes the test table",
     "bench/pipeline.py": "reads the reports' test figures (chooses nothing: one row per run)",
     "bench/external_benchmarks.py": "reports benchmark figures",
+    "bench/quant_evidence.sh": "the FP8 policies' accuracy recovery, reported; the searched policy is chosen on "
+                               "calibration text, not on these problems",
+    "bench/results_row.py": "names the splits a row may record (provenance); reads none",
+    "bench/curation_vs_unfiltered.py": "its row records that measure()'s accuracies are on test; chooses nothing",
 }
 TEST_USE = re.compile(r"""(?x)
     (?:\(|,)\s*["']test["']\s*[,)]         # f(..., "test", ...) as a positional split
