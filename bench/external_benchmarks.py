@@ -3,13 +3,15 @@
     python bench/external_benchmarks.py humaneval                       # all 164, greedy, 256 new tokens
     python bench/external_benchmarks.py bfcl --n 50                     # 50 each of simple_python, multiple, parallel
     python bench/external_benchmarks.py ifeval --n 64                   # 64 held-out instruction replies (split test)
+    python bench/external_benchmarks.py ifbench --n 64 --replies runs/bench/external_ifeval.json   # the same replies, IFBench checkers
     python bench/external_benchmarks.py humaneval --model runs/sft/best --k 5 --temperature 0.8
 
 Runs ``posttrain eval --benchmark NAME``'s code (``posttrain/eval/benchmarks/``) in-process, writes
 every item's record and the summary to ``--out`` (default ``runs/bench/external_<name>.json``),
 appends one row to bench/results/external_benchmarks.jsonl (the command, commit, machine and load,
 split, settings, summary, wall time) and ends with ``RESULT <name>: <figure> <unit> (<what>)``.
-Figures are reported on ``--split test`` (the default) and chosen on nothing.
+Figures are reported on the test split (our instruction tasks' ``--split``, by default; HumanEval
+and BFCL are public test sets of their own) and chosen on nothing.
 """
 
 from __future__ import annotations
@@ -20,11 +22,10 @@ import os
 import shlex
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import posttrain  # noqa: F401  (before torch: the MKL shim of models/blas.py)
-from results_row import append_row, commit, machine, speed_env  # bench/results_row.py
+from results_row import append_row, machine, provenance, speed_env  # bench/results_row.py
 
 RESULTS = Path(__file__).resolve().parent / "results" / "external_benchmarks.jsonl"
 
@@ -52,6 +53,9 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--replies", metavar="FILE",
+                    help="ifeval/ifbench: grade the model replies of an earlier run's --out file (same --split, --n, "
+                         "--seed) instead of generating")
     ap.add_argument("--out", default=None)
     ap.add_argument("--no-save", action="store_true", help="append no row")
     args = ap.parse_args()
@@ -64,12 +68,23 @@ def main() -> None:
 
     load_before = os.getloadavg()[0]
     t0 = time.perf_counter()
-    generator = HFGenerator.from_spec(args.model, batch_size=args.batch_size, num_threads=args.threads)
-    with tqdm(desc=args.benchmark, unit="completion") as bar:
-        options = BenchmarkOptions(split=args.split, n=args.n, k=args.k, temperature=args.temperature,
-                                   max_new_tokens=args.max_new_tokens, seed=args.seed,
-                                   categories=tuple(args.category or ()), progress=bar)
-        result = run_benchmark(args.benchmark, generator, options)
+    options = BenchmarkOptions(split=args.split, n=args.n, k=args.k, temperature=args.temperature,
+                               max_new_tokens=args.max_new_tokens, seed=args.seed,
+                               categories=tuple(args.category or ()))
+    if args.replies:
+        if args.benchmark not in ("ifeval", "ifbench"):
+            raise SystemExit("--replies is for ifeval and ifbench")
+        from posttrain.eval.benchmarks.ifeval import grade_replies, replies_from
+
+        start = time.perf_counter()
+        result = grade_replies(args.benchmark, options, replies_from(args.replies))
+        result.seconds = time.perf_counter() - start
+        result.settings["replies_from"] = args.replies
+    else:
+        generator = HFGenerator.from_spec(args.model, batch_size=args.batch_size, num_threads=args.threads)
+        with tqdm(desc=args.benchmark, unit="completion") as bar:
+            options.progress = bar
+            result = run_benchmark(args.benchmark, generator, options)
     wall = time.perf_counter() - t0
     load_after = os.getloadavg()[0]
     line = BENCHMARKS.get(args.benchmark).result_line(result)
@@ -78,14 +93,13 @@ def main() -> None:
     out.write_text(json.dumps({"command": shlex.join([sys.executable, *sys.argv]), **result.to_dict()}, indent=1))
     print(f"wrote {out}")
     if not args.no_save:
+        # HumanEval and BFCL are public test sets of their own; ifeval/ifbench read our --split
+        split = args.split if args.benchmark in ("ifeval", "ifbench") else "test"
         append_row(RESULTS, {
             "bench": "external_benchmarks", "benchmark": args.benchmark,
-            "time": datetime.now(timezone.utc).isoformat(timespec="seconds"), "commit": commit(),
-            "command": shlex.join(["python", "bench/external_benchmarks.py", *sys.argv[1:]]),
-            "args": vars(args), "split": args.split if args.benchmark in ("ifeval", "ifbench") else "test (the benchmark's own set)",
-            "settings": result.settings, "summary": row_summary(args.benchmark, result.summary),
-            "result": line, "seconds": {"benchmark": result.seconds, "wall": wall},
-            "machine": machine(load_before, load_after, threads=args.threads), "speed_env": speed_env(),
+            "args": vars(args), "settings": result.settings, "summary": row_summary(args.benchmark, result.summary),
+            "result": line, "seconds": {"benchmark": result.seconds, "wall": wall}, "speed_env": speed_env(),
+            **provenance(split, machine(load_before, load_after, threads=args.threads)),
         })
     print(f"RESULT {args.benchmark}: {line}")
 

@@ -25,6 +25,18 @@ Robustness (docs/recipe.md §7, ``robust.py``):
   from two files, without evaluating;
 * ``--report DIR``: ``results.json``, ``report.md`` (all tables) and ``report.png``.
 
+External benchmarks (``eval/benchmarks/``, docs/benchmarks_external.md), graded by the packages
+that ship them:
+
+    posttrain eval --benchmark humaneval --model embedded            # all 164, greedy pass@1
+    posttrain eval --benchmark bfcl --category simple --n 50         # BFCL v4 AST accuracy
+    posttrain eval --benchmark ifeval --n 64 --out runs/eval/ifeval.json
+
+``--benchmark`` is repeatable and combines with ``--env``; ``--n`` limits each benchmark's items
+(per category for bfcl; default: all, and 64 instruction tasks for ifeval/ifbench); ``--split``
+picks the split of our environments (``test``, the default, is for reported figures; ``dev`` for
+choosing settings). ``--out`` gets every item's record and the summary under ``benchmarks``.
+
 Judges: environments whose constructor takes a ``judge`` (multi-turn instruction following needs
 one; long-context QA uses one for answers that are not an exact match) get ``--judge``: ``policy``
 (default) reuses the evaluated model in-process, ``none`` gives none, anything else is a
@@ -46,9 +58,15 @@ from posttrain.errors import UserError
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env", action="append", metavar="NAME",
                    help="environment to evaluate (repeatable), or 'all' for every registered one")
+    p.add_argument("--benchmark", action="append", metavar="NAME",
+                   help="external benchmark (repeatable): humaneval, bfcl, ifeval, ifbench")
+    p.add_argument("--category", action="append", metavar="NAME",
+                   help="bfcl categories (repeatable; default simple_python, multiple, parallel)")
     p.add_argument("--model", default="embedded", help="model spec: embedded, tiny-llama, or an HF directory")
-    p.add_argument("--split", default="validation", choices=["validation", "train"])
-    p.add_argument("--n", type=int, default=50, help="tasks per environment (default 50)")
+    p.add_argument("--split", default="test", choices=["train", "dev", "test"],
+                   help="split of the environments (default test: reported figures; dev: choosing settings)")
+    p.add_argument("--n", type=int, default=None,
+                   help="tasks per environment (default 50); items per benchmark (per bfcl category; default all)")
     p.add_argument("--k", type=int, default=1, help="samples per task (default 1)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--top-p", type=float, default=1.0)
@@ -82,6 +100,34 @@ def env_names(requested: list[str]) -> list[str]:
     if unknown:
         raise UserError(f"unknown environment(s) {', '.join(unknown)}; known: {', '.join(ENVIRONMENTS.names())}")
     return names
+
+
+def benchmark_names(requested: list[str]) -> list[str]:
+    from posttrain.eval.benchmarks import BENCHMARKS
+
+    names = list(dict.fromkeys(requested))
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown:
+        raise UserError(f"unknown benchmark(s) {', '.join(unknown)}; known: {', '.join(BENCHMARKS.names())}")
+    return names
+
+
+def benchmark_options(args: argparse.Namespace, progress: Any = None) -> Any:
+    """What ``--benchmark`` runs get from the command line."""
+    from posttrain.eval.benchmarks.base import BenchmarkOptions
+
+    return BenchmarkOptions(split=args.split, n=args.n, k=args.k, temperature=args.temperature, top_p=args.top_p,
+                            max_new_tokens=args.max_new_tokens, seed=args.seed, reasoning=not args.no_think,
+                            categories=tuple(args.category or ()), progress=progress)
+
+
+def run_one_benchmark(name: str, generator: Any, args: argparse.Namespace) -> Any:
+    from tqdm.auto import tqdm
+
+    from posttrain.eval.benchmarks import run_benchmark
+
+    with tqdm(desc=name, unit="completion", disable=args.no_progress) as bar:
+        return run_benchmark(name, generator, benchmark_options(args, bar))
 
 
 def build_env(name: str, judge: Any) -> Any:
@@ -166,9 +212,12 @@ def run(args: argparse.Namespace) -> int:
         a, b = (load_results(p) for p in args.recovery)
         print(format_recovery(recovery(a, b), args.recovery[0], args.recovery[1]))
         return 0
-    if not args.env:
-        raise UserError("--env is required (or --recovery A.json B.json to compare two results)")
-    if args.n < 1 or args.k < 1 or args.wordings < 1 or args.seeds < 1 or args.sampled_k < 0:
+    if not args.env and not args.benchmark:
+        raise UserError("--env or --benchmark is required (or --recovery A.json B.json to compare two results)")
+    if args.n is not None and args.n < 1:
+        raise UserError("--n must be >= 1")
+    n_tasks = args.n if args.n is not None else 50
+    if args.k < 1 or args.wordings < 1 or args.seeds < 1 or args.sampled_k < 0:
         raise UserError("--n, --k, --wordings and --seeds must be >= 1 (--sampled-k >= 0)")
     from posttrain.eval.robust import WORDINGS
 
@@ -177,11 +226,13 @@ def run(args: argparse.Namespace) -> int:
     base = load_results(args.against) if args.against else None
     if args.k > 1 and args.temperature == 0:
         print("warning: --k > 1 with --temperature 0 draws the same greedy sample k times", file=sys.stderr)
-    names = env_names(args.env)
+    names = env_names(args.env or [])
+    benchmarks = benchmark_names(args.benchmark or [])
 
     from tqdm.auto import tqdm
 
     from posttrain.engines.hf import HFGenerator
+    from posttrain.eval.benchmarks import BENCHMARKS
     from posttrain.eval.evaluate import evaluate
     from posttrain.eval.report import format_table, write_json
 
@@ -191,16 +242,17 @@ def run(args: argparse.Namespace) -> int:
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "argv": sys.argv,
         "args": {k: v for k, v in vars(args).items() if k != "func"},
+        "benchmarks": [],
     }
     results, errors = [], {}
     for name in names:
         todo = passes(args)
-        with tqdm(total=args.n * sum(p["k"] for p in todo), desc=name, unit="rollout", disable=args.no_progress) as bar:
+        with tqdm(total=n_tasks * sum(p["k"] for p in todo), desc=name, unit="rollout", disable=args.no_progress) as bar:
             try:
                 env = build_env(name, judge)
                 for p in todo:
                     results.append(evaluate(
-                        generator, env, split=args.split, n_tasks=args.n, k=p["k"], temperature=p["temperature"],
+                        generator, env, split=args.split, n_tasks=n_tasks, k=p["k"], temperature=p["temperature"],
                         max_new_tokens=args.max_new_tokens, seed=p["seed"], top_p=args.top_p,
                         reasoning=not args.no_think, max_turns=args.max_turns, progress=bar,
                         wording=p["wording"], task_seed=p["task_seed"] if p["seed"] != p["task_seed"] else None,
@@ -210,12 +262,22 @@ def run(args: argparse.Namespace) -> int:
                 print(f"error: environment {name} failed:\n{traceback.format_exc()}", file=sys.stderr)
         if args.out:
             write_json(args.out, meta, results, errors)
+    for name in benchmarks:
+        try:
+            done = run_one_benchmark(name, generator, args)
+            meta["benchmarks"].append(done.to_dict())
+            print(f"benchmark {name}: {BENCHMARKS.get(name).result_line(done)}  [{done.seconds:.0f} s]")
+        except Exception as e:  # noqa: BLE001  one failed benchmark must not lose the others' results
+            errors[f"benchmark:{name}"] = f"{type(e).__name__}: {e}"
+            print(f"error: benchmark {name} failed:\n{traceback.format_exc()}", file=sys.stderr)
+        if args.out:
+            write_json(args.out, meta, results, errors)
     if results:
         print(format_table(results))
         text = robustness_text(results, base, args.against or "base")
         if text:
             print("\n" + text)
-    if args.out:
+    if args.out and (results or benchmarks):
         print(f"wrote {args.out}")
     if args.report and results:
         write_report(args.report, meta, results, errors, base, args.against or "base")

