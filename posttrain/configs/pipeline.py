@@ -102,6 +102,11 @@ class PipelineConfig(StrictModel):
     """Peak learning rate of both controls (warmup-stable-decay, as the SFT stage); None: ``sft_lr``.
     A control is only as fair as its tuning: choose it on dev (``table_split=dev``) like the RL stage's
     settings, taking the one under which the control scores best."""
+    tokens_control_lr: float | None = Field(None, gt=0)
+    """The same-tokens control's peak learning rate when it differs from ``control_lr`` (None: the same).
+    Each control gets the lr under which it scored best on dev: at recipes/pipeline_evidence.yaml's size
+    (seed 0, 96 dev tasks) same time 0.323 at 2e-4 vs 0.281 at 2e-5, same tokens 0.240 at 2e-4 vs
+    0.302 at 2e-5 (docs/results/rlvr_vs_sft.md)."""
     rl_test_tasks: int = Field(200, ge=1)
     """Test tasks per RLVR environment on which base, SFT, RL and the controls are scored (greedy, the
     RL rollout's prompt and budget): the RL − control figures of the report."""
@@ -159,7 +164,8 @@ class PipelineConfig(StrictModel):
 
 QUICK = {"n_train": 400, "n_eval": 96, "n_val_rows": 24, "sft_steps": 24, "sft_batch_size": 16,
          "sft_lr": 2e-4, "sft_freeze_layers": 15, "max_new_tokens": 80, "eval_batch_size": 96, "rl_steps": 2, "rl_prompts_per_step": 4, "rl_group_size": 4,
-         "rl_arith_train_tasks": 200, "rl_val_tasks": 8, "rl_test_tasks": 48, "test_base": False, "rl_mix_val_tasks": 8, "eval_samples": 0, "rl_lr": 1e-5,
+         "rl_arith_train_tasks": 200, "rl_val_tasks": 8, "rl_test_tasks": 48, "test_base": False,
+         "tokens_control_lr": 2e-5, "rl_mix_val_tasks": 8, "eval_samples": 0, "rl_lr": 1e-5,
          "specialist_steps": 2, "distill_steps": 2,
          "genrm_steps": 2, "rlhf_steps": 2, "run_dir": "runs/pipeline-quick"}
 """``posttrain pipeline --quick``: every default stage for a moment. SFT 24 x 16 at lr 2e-4 (one pass

@@ -613,7 +613,7 @@ def run_tokens_arm(cfg: PipelineConfig, run_dir: Path, data: dict[str, Any], sft
     RLVR stage trained on (``evidence.rl_trained_tokens``), with the same-time arm's data order and schedule."""
     tokens = evidence.rl_trained_tokens(Path(rl["run_dir"]))
     out = run_sft(cfg, run_dir, data, model=sft["checkpoint"], steps=evidence.tokens_budget(sft, tokens),
-                  name="tokens_arm", seed=cfg.seed + 1, lr=cfg.control_lr)
+                  name="tokens_arm", seed=cfg.seed + 1, lr=cfg.tokens_control_lr or cfg.control_lr)
     return {**out, "target_tokens": tokens}
 
 

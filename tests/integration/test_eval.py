@@ -43,7 +43,7 @@ def generator():
 
 def test_evaluate_aggregates_known_rewards(generator):
     r = evaluate(generator, ParityEnv(), n_tasks=5, k=3, temperature=1.0, max_new_tokens=6, seed=2)
-    assert [t.task_id for t in r.tasks] == [f"parity/validation/2/{i}" for i in range(5)]
+    assert [t.task_id for t in r.tasks] == [f"parity/test/2/{i}" for i in range(5)]  # evaluate reads test unless told
     assert all(len(t.samples) == 3 for t in r.tasks)
     assert r.mean_reward == pytest.approx(2 / 5) and r.pass_at_1 == pytest.approx(2 / 5)
     assert r.pass_at_k == pytest.approx(2 / 5) and r.components == {"odd": pytest.approx(2 / 5)}
