@@ -17,7 +17,7 @@ hashed otherwise before and moved to this rule with the three splits (docs/resul
 says what that changes for earlier figures).
 
 A held-out set that arrives as its own file (a Gym validation dataset, GenRM validation pairs) is cut
-in two by ``held_out_split``: the same hash, dev below one half, test above.
+in two by ``held_out_split``: a salted hash, dev below one half, test above.
 """
 
 from __future__ import annotations
@@ -42,8 +42,10 @@ def split_of(key: str) -> Split:
 
 
 def held_out_split(key: str) -> Split:
-    """dev or test for a member of a set that is held out as a whole (half each, by the same hash)."""
-    return "dev" if _unit(key) < 0.5 else "test"
+    """dev or test for a member of a set that is held out as a whole (half each). The hash is salted:
+    a set held out by a bucket of the unsalted hash (GenRM's ``val_frac``) would otherwise all fall
+    on one side."""
+    return "dev" if _unit(f"held-out:{key}") < 0.5 else "test"
 
 
 def check_split(split: str) -> Split:

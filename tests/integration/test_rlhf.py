@@ -75,7 +75,7 @@ def test_genrm_run_on_preference_pairs(tmp_path, capsys):
 
     pairs = tmp_path / "prefs.jsonl"
     pairs.write_text("".join(json.dumps({"prompt": f"Say something about {i}.", "chosen": f"{i} is a number.",
-                                         "rejected": ""}) + "\n" for i in range(12)))
+                                         "rejected": ""}) + "\n" for i in range(40)))  # enough for 2 test pairs
     run_dir = tmp_path / "genrm"
     args = argparse.Namespace(config=None, no_progress=True, mine=None, eval=None, warmstart=None,
                               eval_temperature=0.0, eval_samples=1, overrides=[

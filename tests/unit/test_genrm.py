@@ -220,10 +220,11 @@ def test_pairs_formats_and_errors(tmp_path):
 
 def test_genrm_env_both_orders_and_disjoint_splits(tmp_path):
     env = GenRMEnv(pairs=str(_pairs_file(tmp_path)), val_frac=0.3)
-    train, val = env.tasks("train"), env.tasks("dev")
-    assert len(train) % 2 == 0 and len(val) % 2 == 0 and len(train) + len(val) == 42 and val
+    train, val, test = env.tasks("train"), env.tasks("dev"), env.tasks("test")
+    assert len(train) % 2 == 0 and len(val) % 2 == 0 and len(train) + len(val) + len(test) == 42 and val and test
     ids_t = {t.metadata["pair_id"] for t in train}
-    assert not ids_t & {t.metadata["pair_id"] for t in val}
+    assert not ids_t & {t.metadata["pair_id"] for t in val} and not (ids_t | {t.metadata["pair_id"] for t in val}) & {
+        t.metadata["pair_id"] for t in test}
     given, swapped = train[0], train[1]
     assert given.metadata["pair_id"] == swapped.metadata["pair_id"] and swapped.metadata["swapped"]
     assert swapped.ground_truth == {"h1": 2, "h2": 4, "rank": 5} and given.ground_truth == {"h1": 4, "h2": 2, "rank": 2}

@@ -40,6 +40,10 @@ def test_dev_is_the_old_validation_bucket_of_the_content_hashed_environments():
 def test_held_out_split_halves_a_held_out_set():
     share = Counter(held_out_split(f"row-{i}") for i in range(4000))
     assert set(share) == {"dev", "test"} and 0.45 < share["dev"] / 4000 < 0.55
+    # independent of split_of's bucket: the members of one bucket are halved too (GenRM's val_frac)
+    dev_bucket = [f"row-{i}" for i in range(4000) if split_of(f"row-{i}") == "dev"]
+    halves = Counter(held_out_split(k) for k in dev_bucket)
+    assert 0.35 < halves["dev"] / len(dev_bucket) < 0.65
 
 
 def test_check_split_says_what_validation_became():
