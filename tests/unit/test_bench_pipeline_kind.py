@@ -22,7 +22,7 @@ def test_a_run_is_quick_or_default_and_lists_what_it_changed(tmp_path):
         quick = PipelineConfig(**QUICK).model_dump()
         (tmp_path / "d" / "pipeline.yaml").write_text(yaml.safe_dump({**quick, "rl_lr": 3e-5}))
         assert bench.kind(tmp_path / "d") == ("quick", {"rl_lr": 3e-5})
-        # which stages ran is not a setting: --anchor-control / --sft-arm / --distill ... are today's command
+        # which stages ran is not a setting: --anchor-control / --no-controls / --distill ... are today's command
         stages = {**quick, "anchor_control": True, "sft_arm": True, "distill": True, "rlhf": True, "curation": True}
         (tmp_path / "d" / "pipeline.yaml").write_text(yaml.safe_dump(stages))
         assert bench.kind(tmp_path / "d") == ("quick", {})
