@@ -36,7 +36,8 @@ def main() -> None:
     from posttrain.data.synthetic import arithmetic_rows
     from posttrain.models.loading import load_model
     from posttrain.models.precision import BF16_SAFE, decide, machine_probe
-    from posttrain.train.sft import row_logprobs, tokenize_rows
+    from posttrain.data.examples import tokenize_rows
+    from posttrain.train.supervised import row_logprobs
 
     load_before = os.getloadavg()[0]
     probe = machine_probe(refresh=True)

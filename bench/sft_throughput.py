@@ -111,7 +111,7 @@ def make_optimizer(model):
 
 def make_examples(tok, n: int, seed: int):
     from posttrain.data.synthetic import arithmetic_rows
-    from posttrain.train.sft import tokenize_rows
+    from posttrain.data.examples import tokenize_rows
 
     examples, _ = tokenize_rows(tok, list(arithmetic_rows(n, seed=seed, max_digits=3)))
     return examples
@@ -134,7 +134,7 @@ def posttrain_step(model, opt, examples, pad_id: int, seq: int, precision: str) 
     from posttrain.algos.losses import LossInputs, make_loss
     from posttrain.data.packing import pack_examples
     from posttrain.train.precision import autocast
-    from posttrain.train.sft import row_logprobs
+    from posttrain.train.supervised import row_logprobs
 
     rows = pack_examples(examples, seq, pad_id)
     n_targets = sum(r.n_target_tokens for r in rows)

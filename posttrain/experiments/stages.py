@@ -67,7 +67,8 @@ def measure(cfg: PipelineConfig, model_spec: str, data: dict[str, Any], sampled:
     from posttrain.engines.hf import HFGenerator
     from posttrain.train.precision import autocast
     from posttrain.models.facts import is_hybrid
-    from posttrain.train.sft import heldout_loss, tokenize_rows
+    from posttrain.data.examples import tokenize_rows
+    from posttrain.train.sft import heldout_loss
 
     loaded = load_model(model_spec)
     rows, _ = read_conversations(data["validation"])

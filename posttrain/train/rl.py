@@ -201,7 +201,7 @@ class AnchorRows:
 
     def loss_inputs(self, model: Any, j: int) -> Any:
         from posttrain.algos.losses import LossInputs
-        from posttrain.train.sft import row_logprobs
+        from posttrain.train.supervised import row_logprobs
 
         logprobs_BT, mask_BT = row_logprobs(model, self.rows[j])
         return LossInputs(logprobs_BT, mask_BT, num_tokens=float(self.num_tokens))  # no advantage: supervised
@@ -210,7 +210,7 @@ class AnchorRows:
 def load_anchor(cfg: RLConfig, tokenizer: Any, rows: list[dict[str, Any]] | None = None) -> list[Any]:
     """The anchor's conversations (``rows``, as :func:`check_anchor` read them, or read here),
     tokenized as SFT does (reasoning and tools as each row says)."""
-    from posttrain.train.sft import tokenize_rows
+    from posttrain.data.examples import tokenize_rows
 
     a = cfg.algo.sft_anchor
     examples, _ = tokenize_rows(tokenizer, rows if rows is not None else check_anchor(cfg), a.max_seq_len)

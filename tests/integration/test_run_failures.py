@@ -95,7 +95,7 @@ def test_overlong_prompt_rows_are_skipped_with_a_count_and_the_run_finishes_and_
 
 def test_tokenize_rows_cuts_to_max_len_and_counts_what_it_cut():
     from posttrain.models.tiny import tiny_tokenizer
-    from posttrain.train.sft import tokenize_rows
+    from posttrain.data.examples import tokenize_rows
 
     tok = tiny_tokenizer()
     rows = [_long_prompt_row(2_000),
