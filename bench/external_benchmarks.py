@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import posttrain  # noqa: F401  (before torch: the MKL shim of models/blas.py)
+from posttrain.envs.splits import SPLITS
 from results_row import append_row, machine, provenance, speed_env  # bench/results_row.py
 
 RESULTS = Path(__file__).resolve().parent / "results" / "external_benchmarks.jsonl"
@@ -45,7 +46,7 @@ def main() -> None:
     ap.add_argument("--model", default="embedded")
     ap.add_argument("--n", type=int, default=None, help="items (per bfcl category); default all (ifeval: 64)")
     ap.add_argument("--category", action="append", help="bfcl categories (default all three)")
-    ap.add_argument("--split", default="test", choices=["train", "dev", "test"],
+    ap.add_argument("--split", default="test", choices=SPLITS,
                     help="split of our instruction environment (ifeval/ifbench)")
     ap.add_argument("--k", type=int, default=1)
     ap.add_argument("--temperature", type=float, default=0.0)

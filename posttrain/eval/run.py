@@ -52,6 +52,7 @@ import traceback
 from datetime import datetime, timezone
 from typing import Any
 
+from posttrain.envs.splits import SPLITS
 from posttrain.errors import UserError
 
 
@@ -63,7 +64,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--category", action="append", metavar="NAME",
                    help="bfcl categories (repeatable; default simple_python, multiple, parallel)")
     p.add_argument("--model", default="embedded", help="model spec: embedded, tiny-llama, or an HF directory")
-    p.add_argument("--split", default="test", choices=["train", "dev", "test"],
+    p.add_argument("--split", default="test", choices=SPLITS,
                    help="split of the environments (default test: reported figures; dev: choosing settings)")
     p.add_argument("--n", type=int, default=None,
                    help="tasks per environment (default 50); items per benchmark (per bfcl category; default all)")

@@ -44,7 +44,7 @@ def tokens_budget(sft: dict[str, Any], tokens: int) -> int:
     return max(1, round(tokens / per_step))
 
 
-def test_records(rl_dir: Path, model: str, out: Path, n_tasks: int, batch_size: int,
+def score_records(rl_dir: Path, model: str, out: Path, n_tasks: int, batch_size: int,
                  split: str = "test") -> dict[str, Any]:
     """Greedy rewards of ``model`` on ``n_tasks`` test tasks (``split``: dev for a run that chooses a
     setting) of each of the RL run's environments, with the run's prompt and token budget; per-task
@@ -63,7 +63,7 @@ def test_records(rl_dir: Path, model: str, out: Path, n_tasks: int, batch_size: 
 
 
 def comparisons(models: dict[str, dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
-    """The paired comparisons of the test table, from the checkpoints scored (``test_records`` each):
+    """The paired comparisons of the test table, from the checkpoints scored (``score_records`` each):
     RL − SFT, RL − each control, each control − SFT, SFT − base."""
     pairs = [("RL − SFT", "sft", "rl")]
     pairs += [(f"RL − {label}", name, "rl") for name, label in CONTROLS.items()]

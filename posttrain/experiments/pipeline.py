@@ -570,8 +570,8 @@ def _run(cfg: PipelineConfig, run_dir: Path, command: str) -> int:
         rl = cached_stage(run_dir, "rlvr", lambda: run_rl(cfg, run_dir / "rl", sft["checkpoint"], cfg.rl_steps,
                                                      rlvr_envs(cfg), rlvr_stage=True))
         after_rl = cached_stage(run_dir, "after_rl", lambda: measure(cfg, rl["checkpoint"], data, sampled=True))
-        models = {"base": cfg.model, "sft": sft["checkpoint"], "rl": rl["checkpoint"]} if cfg.test_base else \
-            {"sft": sft["checkpoint"], "rl": rl["checkpoint"]}
+        models = {"base": cfg.model} if cfg.test_base else {}
+        models.update(sft=sft["checkpoint"], rl=rl["checkpoint"])
         if cfg.sft_arm:  # the equal-compute controls (experiments/evidence.py)
             arm = cached_stage(run_dir, "sft_arm", lambda: run_sft_arm(cfg, run_dir, data, sft, rl))
             models["sft_arm"] = arm["checkpoint"]
@@ -582,7 +582,7 @@ def _run(cfg: PipelineConfig, run_dir: Path, command: str) -> int:
             ctrl = cached_stage(run_dir, "anchor_control", lambda: run_anchor_control(cfg, run_dir, data, sft))
             after_ctrl = cached_stage(run_dir, "after_anchor_control",
                                       lambda: measure(cfg, ctrl["checkpoint"], data, sampled=True))
-        scored = {name: cached_stage(run_dir, f"{cfg.table_split}_{name}", lambda m=model, n=name: evidence.test_records(
+        scored = {name: cached_stage(run_dir, f"{cfg.table_split}_{name}", lambda m=model, n=name: evidence.score_records(
             Path(rl["run_dir"]), m, run_dir / cfg.table_split / f"{n}.jsonl", cfg.rl_test_tasks, cfg.eval_batch_size,
             cfg.table_split))
             for name, model in models.items()}
