@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from posttrain.engines.base import Generator, SamplingParams
-from posttrain.envs.base import Environment, Split
+from posttrain.envs.base import Environment, Split, final_answer_text
 from posttrain.episodes.multiturn import run_episodes
 from posttrain.eval.passk import avg_at_k, n_correct, pass_at_k
 from posttrain.eval.robust import reword
@@ -52,6 +52,9 @@ class SampleResult:
     """Tokens of the reply's reasoning (``<think>`` blocks) and of its answer (the rest), over all
     assistant turns, in the generator's tokenizer; None when the generator has no tokenizer."""
     answer_tokens: int | None = None
+    answer: str | None = None
+    """The graded answer text (the last assistant turn without its reasoning), so a second grader can
+    read the same reply later (the pipeline's test table: the IFEval checkers beside our verifier)."""
 
 
 @dataclass
@@ -175,7 +178,7 @@ def evaluate(
                 samples.append(SampleResult(
                     reward=verdict.reward, reason=verdict.reason, components=dict(verdict.components),
                     response_tokens=traj.response_tokens, finish_reason=traj.finish_reason, turns=traj.turns,
-                    reasoning_tokens=think, answer_tokens=answer,
+                    reasoning_tokens=think, answer_tokens=answer, answer=final_answer_text(traj.messages),
                 ))
             results.append(TaskResult(group[0].task.id, samples))
     res = summarize(env.name, split, params, seed, results, time.perf_counter() - start, success_threshold)

@@ -20,7 +20,7 @@ def validate(generator: Any, envs: dict[str, Any], cfg: Any, records: Path | Non
     test table scores checkpoints the same way on another split, ``n_tasks`` each instead of ``val_tasks``.
 
     ``records``: also write one JSONL row per task (``env, task_id, reward, reason, response_tokens,
-    finish_reason, reasoning_tokens, answer_tokens``), so two checkpoints can be compared task by task (``eval.compare``)."""
+    finish_reason, reasoning_tokens, answer_tokens, answer``), so two checkpoints can be compared task by task (``eval.compare``)."""
     from tqdm.auto import tqdm
 
     from posttrain.eval.evaluate import evaluate
@@ -38,7 +38,7 @@ def validate(generator: Any, envs: dict[str, Any], cfg: Any, records: Path | Non
             rows += [{"env": spec.name, "task_id": t.task_id, "reward": t.samples[0].reward,
                       "reason": t.samples[0].reason, "response_tokens": t.samples[0].response_tokens,
                       "finish_reason": t.samples[0].finish_reason, "reasoning_tokens": t.samples[0].reasoning_tokens,
-                      "answer_tokens": t.samples[0].answer_tokens} for t in r.tasks]
+                      "answer_tokens": t.samples[0].answer_tokens, "answer": t.samples[0].answer} for t in r.tasks]
     if out:
         out["val_reward"] = sum(out.values()) / len(out)
     if records is not None:
