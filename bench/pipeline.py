@@ -211,10 +211,14 @@ def rl_vs_control_line(tables: list[dict[str, Any]]) -> str | None:
     below = [r for r in common if any((t["comparisons"]["RL − SFT same time"][r]["gain"]
                                        < -t["comparisons"]["RL − SFT same time"][r]["se"]) for t in tables)]
     tok = [g for g in per["RL − SFT same tokens"] if g]
+    ext = [t["external"]["comparisons"].get("RL − SFT same time", {}).get(evidence.EXTERNAL_ENV)
+           for t in tables if t.get("external")]
+    ext_text = (f"; {evidence.EXTERNAL_ENV} graded by IFEval's checkers, RL − SFT same time {pooled(ext)}"
+                if ext and all(ext) and len(ext) == len(tables) else "")
     return (f"RESULT pipeline_rl_vs_control: {pooled(time_g)} points (test, RL − SFT for the same time, pooled over "
             f"the RLVR environments' test tasks, mean of {len(time_g)} run(s): {seeds}; RL − SFT same tokens "
             f"{pooled(tok) if tok else 'n/a'}; beyond +2 se in every run: {', '.join(above) or 'none'}; "
-            f"below −1 se in some run: {', '.join(below) or 'none'})")
+            f"below −1 se in some run: {', '.join(below) or 'none'}{ext_text})")
 
 
 if __name__ == "__main__":

@@ -17,10 +17,17 @@ RLVR stage's own environments (``rl_test_tasks`` each, the rollout's prompt and 
 per domain, per wording of the arithmetic problems, pooled; a collapsed multiple-choice domain is
 flagged and stays in the pooled figure). Nothing is chosen on these figures: the RL run keeps its
 checkpoint by its dev validation, and the pipeline reports its last one.
+
+A second opinion no one here wrote: where the RLVR stage trains the ``instruction`` domain, every
+checkpoint's test answers there are graded again by the reference IFEval checkers of ``if-verifiable``
+(``external_records``; eval/benchmarks/ifeval.py maps each of our constraints to its checks), and the
+same comparisons are made on that grade: the ``external`` part of the table, with the share of tasks
+on which the two graders agree.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -62,26 +69,88 @@ def score_records(rl_dir: Path, model: str, out: Path, n_tasks: int, batch_size:
             "mean": {k.split("/", 1)[1]: v for k, v in scores.items() if k.startswith("val_reward/")}}
 
 
-def comparisons(models: dict[str, dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+EXTERNAL_ENV = "instruction"
+"""The domain a reference grader reads again (IFEval's checkers, ``external_records``)."""
+
+
+def external_records(rl_dir: Path, records: Path, split: str, n_tasks: int) -> Path | None:
+    """The ``instruction`` answers of ``records`` graded again by the reference IFEval checkers
+    (``external_grades``), as a records file beside it (``<name>.ifeval.jsonl``). None when the RL run
+    has no instruction environment, or the records carry no answers (written before they did)."""
+    from posttrain.configs import load_config
+    from posttrain.configs.rl import RLConfig
+    from posttrain.envs.build import build_envs
+
+    rows = [r for r in map(json.loads, records.read_text().splitlines()) if r.get("env") == EXTERNAL_ENV]
+    if not rows or any(r.get("answer") is None for r in rows):
+        return None
+    rl_cfg = load_config(RLConfig, rl_dir / "config.yaml", [])
+    spec = next(e for e in rl_cfg.envs if e.name == EXTERNAL_ENV)
+    env = build_envs([spec])[EXTERNAL_ENV]
+    tasks = {t.id: t for t in env.tasks(split, n_tasks, spec.task_seed)}  # the tasks validate() drew
+    path = records.with_suffix(".ifeval.jsonl")
+    path.write_text("".join(json.dumps(row) + "\n" for row in external_grades(rows, tasks)))
+    return path
+
+
+def external_grades(rows: list[dict[str, Any]], tasks: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per record (``env``, ``task_id``, ``answer``) of a task with at least one constraint IFEval has a
+    checker for: ``reward`` 1 when every such constraint passes IFEval's strict check, ``ours`` 1 when
+    our verifier passes the same constraints (the substance rule, which IFEval lacks, is not part of
+    either), and which constraints IFEval failed."""
+    from posttrain.envs.instruction.env import constraints_of, user_text
+    from posttrain.eval.benchmarks.ifeval import compare_reply
+
+    out = []
+    for r in rows:
+        task = tasks[r["task_id"]]
+        graded = [c for c in compare_reply(constraints_of(task), r["answer"], user_text(task)) if c["reference"] is not None]
+        if graded:
+            ref, ours = all(c["reference"] for c in graded), all(c["ours"] for c in graded)
+            out.append({"env": r["env"], "task_id": r["task_id"], "reward": float(ref), "ours": float(ours),
+                        "reason": "" if ref else "ifeval: " + ", ".join(c["kind"] for c in graded if not c["reference"])})
+    return out
+
+
+def comparisons(models: dict[str, dict[str, Any]], key: str = "records") -> dict[str, dict[str, dict[str, Any]]]:
     """The paired comparisons of the test table, from the checkpoints scored (``score_records`` each):
-    RL − SFT, RL − each control, each control − SFT, SFT − base."""
+    RL − SFT, RL − each control, each control − SFT, SFT − base (``key``: which records file)."""
     pairs = [("RL − SFT", "sft", "rl")]
     pairs += [(f"RL − {label}", name, "rl") for name, label in CONTROLS.items()]
     pairs += [(f"{label} − SFT", "sft", name) for name, label in CONTROLS.items()]
     pairs += [("SFT − base", "base", "sft")]
-    return {title: record_gains(Path(models[a]["records"]), Path(models[b]["records"]))
+    return {title: record_gains(Path(models[a][key]), Path(models[b][key]))
             for title, a, b in pairs if a in models and b in models}
 
 
-def table(models: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Per domain (and wording) and pooled: each checkpoint's mean test reward and the comparisons."""
-    cmp = comparisons(models)
+def table(models: dict[str, dict[str, Any]], rl_dir: Path | None = None) -> dict[str, Any]:
+    """Per domain (and wording) and pooled: each checkpoint's mean test reward and the comparisons;
+    with ``rl_dir``, also the instruction answers graded by IFEval's checkers (``external``)."""
+    first = next(iter(models.values()))
+    out = {**_scored(models, "records"), "n_tasks": first["n_tasks"], "split": first.get("split", "test")}
+    if rl_dir is not None:
+        ext = {name: external_records(rl_dir, Path(m["records"]), out["split"], m["n_tasks"]) for name, m in models.items()}
+        if all(ext.values()):
+            graded = {name: {**m, "external": str(ext[name])} for name, m in models.items()}
+            out["external"] = {**_scored(graded, "external"), "grader": "IFEval (if-verifiable)",
+                               "agreement": {name: agreement(p) for name, p in ext.items() if p}}
+    return out
+
+
+def _scored(models: dict[str, dict[str, Any]], key: str) -> dict[str, Any]:
     scores: dict[str, dict[str, float]] = {}
     for name, m in models.items():
-        ref = record_gains(Path(m["records"]), Path(m["records"]))  # a model against itself: its means per row
+        ref = record_gains(Path(m[key]), Path(m[key]))  # a model against itself: its means per row
         scores[name] = {row: g["after"] for row, g in ref.items()}
-    first = next(iter(models.values()))
-    return {"scores": scores, "comparisons": cmp, "n_tasks": first["n_tasks"], "split": first.get("split", "test")}
+    return {"scores": scores, "comparisons": comparisons(models, key)}
+
+
+def agreement(path: Path) -> dict[str, Any]:
+    """Share of tasks on which IFEval's checkers and our verifier give the same verdict (``external_records``)."""
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    same = sum(r["reward"] == r["ours"] for r in rows)
+    return {"n": len(rows), "same": same, "rate": same / len(rows) if rows else None,
+            "ifeval_only": sum(r["reward"] > r["ours"] for r in rows), "ours_only": sum(r["ours"] > r["reward"] for r in rows)}
 
 
 COLUMNS = {"base": "base", "sft": "SFT", "rl": "SFT + RL", **CONTROLS}
@@ -102,6 +171,16 @@ def lines(t: dict[str, Any]) -> list[str]:
         out.append(f"  {title} (paired per task; * beyond 2 se):")
         for row, g in gains.items():
             out.append(f"    {row:24s} {gain_text(g)}")
+    ext = t.get("external")
+    if ext:
+        agree = "; ".join(f"{COLUMNS[n]} {a['same']}/{a['n']}" for n, a in ext["agreement"].items())
+        out.append(f"  {EXTERNAL_ENV} graded by {ext['grader']} (tasks with a mapped constraint; graders agree: {agree}):")
+        out.append(f"    {'':24s}" + "".join(f"{COLUMNS[n]:>16s}" for n in names if n in ext["scores"]))
+        out.append(f"    {EXTERNAL_ENV:24s}" + "".join(f"{ext['scores'][n].get(EXTERNAL_ENV, float('nan')):16.3f}"
+                                                      for n in names if n in ext["scores"]))
+        for title, gains in ext["comparisons"].items():
+            if title.startswith("RL − ") and EXTERNAL_ENV in gains:
+                out.append(f"    {title:24s} {gain_text(gains[EXTERNAL_ENV])}")
     return out
 
 

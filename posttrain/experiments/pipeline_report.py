@@ -211,6 +211,18 @@ def test_table_md(t: dict[str, Any]) -> list[str]:
             f"{gains[r]['gain']:+.3f} ± {gains[r]['se']:.3f}{_star(gains[r])}" if r in gains else "" for r in rows) + " |")
     L += ["", "± paired standard error over the same test tasks; \\* beyond two; † a constant multiple-choice "
           "guess, kept in *all*."]
+    ext = t.get("external")
+    if ext:
+        env = next(iter(next(iter(ext["scores"].values()))), "instruction")
+        have = [n for n in names if n in ext["scores"]]
+        L += ["", f"The same {env} answers graded by a second opinion, {ext['grader']}'s reference checkers (tasks with "
+              "at least one constraint IFEval has a checker for; both graders on those constraints only):", "",
+              "| | " + " | ".join(COLUMNS[n] for n in have) + " |", "|---|" + "---|" * len(have),
+              f"| {env} (IFEval) | " + " | ".join(f"{ext['scores'][n].get(env, float('nan')):.3f}" for n in have) + " |",
+              "| graders agree | " + " | ".join(f"{ext['agreement'][n]['same']}/{ext['agreement'][n]['n']}" for n in have) + " |",
+              ""]
+        L += [f"- {title}: {g[env]['gain']:+.3f} ± {g[env]['se']:.3f}{_star(g[env])}"
+              for title, g in ext["comparisons"].items() if env in g]
     return L
 
 

@@ -58,3 +58,33 @@ def test_a_control_missing_from_the_run_leaves_its_comparisons_out(tmp_path):
     t = evidence.table({"sft": sft, "rl": rl})
     assert list(t["comparisons"]) == ["RL − SFT"] and evidence.headline(t) is None  # no control: no headline
     assert evidence.headline(t, "RL − SFT")["gain"] == 1.0  # one domain: its figure is the pooled one
+
+
+def test_external_grades_read_the_answers_again_with_ifevals_checkers():
+    """A reply that keeps its constraints passes both graders; an empty one fails both; a task whose
+    constraints IFEval has no checker for is left out rather than counted as a pass."""
+    from posttrain.envs.instruction.env import InstructionEnv
+
+    tasks = InstructionEnv(1, 2).tasks("test", 12, seed=0)
+    rows = [{"env": "instruction", "task_id": t.id, "answer": a} for t in tasks
+            for a in (t.metadata["reference_response"], "")]
+    graded = evidence.external_grades(rows, {t.id: t for t in tasks})
+    assert graded and len(graded) % 2 == 0  # both answers of a task, or neither
+    good, empty = graded[0::2], graded[1::2]
+    assert sum(g["reward"] for g in good) >= len(good) - 1  # the scripted replies pass (IFEval may differ on one)
+    assert all(g["ours"] == 1.0 for g in good)
+    assert all(g["reward"] == 0.0 and g["ours"] == 0.0 and g["reason"].startswith("ifeval: ") for g in empty)
+
+
+def test_the_external_part_of_the_table_pairs_the_same_checkpoints(tmp_path):
+    def ext(name, rewards, ours):
+        path = tmp_path / f"{name}.ifeval.jsonl"
+        path.write_text("".join(json.dumps({"env": "instruction", "task_id": f"t{i}", "reward": r, "ours": o, "reason": ""})
+                                + "\n" for i, (r, o) in enumerate(zip(rewards, ours))))
+        return {"external": str(path), "n_tasks": 4}
+
+    models = {"sft": ext("sft", [0, 0, 1, 0], [0, 0, 1, 0]), "rl": ext("rl", [1, 1, 1, 0], [1, 1, 1, 1])}
+    cmp = evidence.comparisons(models, "external")
+    assert cmp["RL − SFT"]["instruction"]["gain"] == pytest.approx(0.5)
+    a = evidence.agreement(tmp_path / "rl.ifeval.jsonl")
+    assert (a["same"], a["n"], a["ours_only"], a["ifeval_only"]) == (3, 4, 1, 0)
