@@ -20,6 +20,13 @@ class PipelineConfig(StrictModel):
     is about 3.5 points at 200, and paired gains are usually tighter."""
     n_val_rows: int = Field(64, ge=4)
     """Held-out conversations for the SFT loss."""
+    sft_instruction_rows: int = Field(0, ge=0)
+    """Instruction-following conversations added to the SFT data: tasks of the ``instruction``
+    environment's train split (1-2 verifiable formatting constraints, as the RLVR stage's) answered by
+    its scripted writer, whose replies pass every check (envs/instruction/writer.py). An SFT stage that
+    teaches a second domain gives the RLVR stage something to sharpen there: an arithmetic-only SFT
+    model scored 0.000 on instruction dev tasks, so its groups carried no GRPO signal
+    (docs/results/rlvr_vs_sft.md). 0: arithmetic only."""
     eval_samples: int = Field(8, ge=0)
     """Sampled answers per held-out problem for the *sampled accuracy* of the SFT, RL (and longer-SFT)
     checkpoints: pass@1 estimated from this many samples at the RLVR stage's temperature
@@ -113,6 +120,10 @@ class PipelineConfig(StrictModel):
     table_split: Literal["dev", "test"] = "test"
     """The split the RL-vs-control table scores: ``test`` for the reported figures, ``dev`` for runs that
     choose a setting (a domain mix, a step count): choose on dev, then report test."""
+    rl_headline: bool = True
+    """Also measure the RL checkpoint on the headline problems (the SFT stage's before/after measure),
+    for the report's RL column and its RL − SFT gain there. ``--quick`` skips it (~30 s): the test table
+    scores the RL checkpoint against SFT and the controls anyway."""
     test_base: bool = True
     """Also score the base model on the test table (``--quick`` skips it: ~25 s)."""
     anchor_control: bool = False
@@ -165,6 +176,7 @@ class PipelineConfig(StrictModel):
 QUICK = {"n_train": 400, "n_eval": 96, "n_val_rows": 24, "sft_steps": 24, "sft_batch_size": 16,
          "sft_lr": 2e-4, "sft_freeze_layers": 15, "max_new_tokens": 80, "eval_batch_size": 96, "rl_steps": 2, "rl_prompts_per_step": 4, "rl_group_size": 4,
          "rl_arith_train_tasks": 200, "rl_val_tasks": 8, "rl_test_tasks": 48, "test_base": False,
+         "rl_headline": False,
          "tokens_control_lr": 2e-5, "rl_mix_val_tasks": 8, "eval_samples": 0, "rl_lr": 1e-5,
          "specialist_steps": 2, "distill_steps": 2,
          "genrm_steps": 2, "rlhf_steps": 2, "run_dir": "runs/pipeline-quick"}

@@ -71,7 +71,7 @@ from typing import Any
 from posttrain.configs.pipeline import QUICK, PipelineConfig
 from posttrain.experiments import evidence, pipeline_report
 from posttrain.experiments.pipeline_report import binomial_se, columns, subsets, validation_gains
-from posttrain.experiments.stages import cached_stage, make_data, measure, run_sft
+from posttrain.experiments.stages import RL_INSTRUCTION, cached_stage, make_data, measure, run_sft
 
 
 # The three-domain mix of the distill and RLHF stages (as in recipes/rlvr_cpu.yaml): arithmetic
@@ -81,7 +81,7 @@ from posttrain.experiments.stages import cached_stage, make_data, measure, run_s
 RL_DOMAINS: dict[str, dict[str, Any]] = {
     "math": {"families": ["addition", "chain_sum", "multiplication", "mixed_arithmetic", "linear_equation"]},
     "mcq": {},
-    "instruction": {"min_constraints": 1, "max_constraints": 2},
+    "instruction": RL_INSTRUCTION,
 }
 
 
@@ -569,7 +569,8 @@ def _run(cfg: PipelineConfig, run_dir: Path, command: str) -> int:
     if cfg.rlvr:
         rl = cached_stage(run_dir, "rlvr", lambda: run_rl(cfg, run_dir / "rl", sft["checkpoint"], cfg.rl_steps,
                                                      rlvr_envs(cfg), rlvr_stage=True))
-        after_rl = cached_stage(run_dir, "after_rl", lambda: measure(cfg, rl["checkpoint"], data, sampled=True))
+        after_rl = (cached_stage(run_dir, "after_rl", lambda: measure(cfg, rl["checkpoint"], data, sampled=True))
+                    if cfg.rl_headline else None)
         models = {"base": cfg.model} if cfg.test_base else {}
         models.update(sft=sft["checkpoint"], rl=rl["checkpoint"])
         if cfg.sft_arm:  # the equal-compute controls (experiments/evidence.py)
@@ -586,7 +587,7 @@ def _run(cfg: PipelineConfig, run_dir: Path, command: str) -> int:
             Path(rl["run_dir"]), m, run_dir / cfg.table_split / f"{n}.jsonl", cfg.rl_test_tasks, cfg.eval_batch_size,
             cfg.table_split))
             for name, model in models.items()}
-        tested = evidence.table(scored)
+        tested = evidence.table(scored, Path(rl["run_dir"]))
     print(report(run_dir, before, after, sft, time.time() - t0, rl, after_rl, arm, None, ctrl, after_ctrl, tested))
     sections: dict[str, str] = {}
     if cfg.distill:

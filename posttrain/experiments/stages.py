@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import resource
 import time
 from pathlib import Path
 from typing import Any
 
 from posttrain.configs.pipeline import PipelineConfig
+
+RL_INSTRUCTION: dict[str, Any] = {"min_constraints": 1, "max_constraints": 2}
+"""The instruction domain's constraint counts, for its SFT rows and its RL environment alike."""
 
 RUNNING: list[str] = []
 """Names of the stages running now, outermost first; a Ctrl-C leaves them here so the caller can
@@ -49,9 +53,30 @@ def make_data(cfg: PipelineConfig, run_dir: Path) -> dict[str, Any]:
 
     train = run_dir / "data" / "train.jsonl"
     val = run_dir / "data" / "validation.jsonl"
-    n_train = write_jsonl(arithmetic_rows(cfg.n_train, cfg.seed, "train", max_digits=cfg.max_digits), train)
+    rows = list(arithmetic_rows(cfg.n_train, cfg.seed, "train", max_digits=cfg.max_digits))
+    extra = instruction_rows(cfg.sft_instruction_rows, cfg.seed) if cfg.sft_instruction_rows else []
+    if extra:  # interleaved by a seeded shuffle, so any prefix of the file has both domains
+        rows += extra
+        random.Random(cfg.seed).shuffle(rows)
+    n_train = write_jsonl(rows, train)
     n_val = write_jsonl(arithmetic_rows(cfg.n_val_rows, cfg.seed + 1, "dev", max_digits=cfg.max_digits), val)
-    return {"train": str(train), "validation": str(val), "n_train": n_train, "n_validation": n_val}
+    return {"train": str(train), "validation": str(val), "n_train": n_train, "n_validation": n_val,
+            "n_instruction": len(extra)}
+
+
+def instruction_rows(n: int, seed: int) -> list[dict[str, Any]]:
+    """``n`` SFT conversations from the instruction environment's train split, with the RLVR stage's
+    constraint counts (``RL_INSTRUCTION``): the task's prompt and its scripted reference reply, which
+    the task generator only keeps when it passes every constraint. The reasoning is empty: the reply
+    needs no worked steps, and the chat template renders it as an empty think block. The task seed
+    is offset from the RLVR stage's (``seed``) so the SFT rows are not its first training prompts."""
+    from posttrain.envs.base import make_env
+
+    env = make_env("instruction", **RL_INSTRUCTION)
+    return [{"messages": [*t.messages, {"role": "assistant", "reasoning_content": "",
+                                        "content": t.metadata["reference_response"]}],
+             "source": "instruction/writer", "task_id": t.id}
+            for t in env.tasks("train", n, seed=seed + 7)]
 
 
 def measure(cfg: PipelineConfig, model_spec: str, data: dict[str, Any], sampled: bool = False) -> dict[str, Any]:

@@ -29,7 +29,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 TINY = {
     "model": "tiny-llama", "n_train": 16, "n_eval": 4, "n_val_rows": 4, "sft_steps": 2, "sft_batch_size": 4,
     "max_new_tokens": 8, "eval_batch_size": 4, "eval_samples": 2, "rl_steps": 2, "rl_val_tasks": 2, "rl_test_tasks": 2, "rl_mix_val_tasks": 2, "rl_train_tasks": 4,
-    "specialist_steps": 1, "distill_steps": 1, "rl_mix": "{arithmetic: 1.0, mcq: 1.0}", "rl_mix_train_tasks": 4,
+    "specialist_steps": 1, "distill_steps": 1, "rl_mix": "{arithmetic: 1.0, mcq: 1.0, instruction: 1.0}", "rl_mix_train_tasks": 4,
+    "sft_instruction_rows": 4,
     "rl_overrides": "[rollout.prompts_per_step=3, rollout.group_size=2, rollout.max_new_tokens=6, "
                     "algo.overlong_filter=false, optim.lr=1e-3]",
 }
@@ -55,6 +56,8 @@ def test_pipeline_with_rlvr_and_distill_reports_resumes_and_writes_loadable_chec
         assert f"    {dom}" in out
     assert "RL (after RL − after SFT)" in out and "RL − SFT same time (paired" in out and "± " in out
     assert "RL − SFT same tokens (paired" in out and "test split (greedy, 2 tasks per environment" in out
+    assert "instruction graded by IFEval (if-verifiable)" in out  # the second grader on the same answers
+    assert json.loads((run_dir / "stages" / "data.json").read_text())["n_instruction"] == 4
     assert "base (SFT)" in out and "MOPD student" in out
     for name in ("report.png", "distill.png", "rl/rewards.png", "mopd/rewards.png", "report.md", "pipeline.yaml"):
         assert (run_dir / name).exists(), name
@@ -62,11 +65,11 @@ def test_pipeline_with_rlvr_and_distill_reports_resumes_and_writes_loadable_chec
     rep = json.loads((run_dir / "report.json").read_text())
     rl = rep["rl"]
     assert rep["after_rl"]["model"] == rl["checkpoint"] == str(run_dir / "rl" / "checkpoints" / "step_000002")
-    assert set(rl["val_start"]) == set(rl["val_end"]) == {"arithmetic", "mcq", "mean"}
-    assert rl["trained_domains"] == ["arithmetic", "mcq"]
+    assert set(rl["val_start"]) == set(rl["val_end"]) == {"arithmetic", "mcq", "instruction", "mean"}
+    assert rl["trained_domains"] == ["arithmetic", "instruction", "mcq"]
     # "all": every validated task pooled; "arithmetic · <wording>": the arithmetic tasks of each wording
-    assert {k for k in rl["val_gains"] if " · " not in k} == {"arithmetic", "mcq", "all"}
-    assert rl["val_gains"]["all"]["n"] == 2 * TINY["rl_val_tasks"]
+    assert {k for k in rl["val_gains"] if " · " not in k} == {"arithmetic", "mcq", "instruction", "all"}
+    assert rl["val_gains"]["all"]["n"] == 3 * TINY["rl_val_tasks"]
     assert len(rep["after"]["per_task"]) == TINY["n_eval"]
     assert set(rep["gains"]) == {"SFT (after SFT − before)", "RL (after RL − after SFT)", "anchor alone − after SFT",
                                  "RL − anchor alone"}
@@ -90,13 +93,15 @@ def test_pipeline_with_rlvr_and_distill_reports_resumes_and_writes_loadable_chec
     # every checkpoint on the test split of the RL stage's environments, paired task by task
     test = rep["test"]
     assert set(test["scores"]) == {"base", "sft", "rl", "sft_arm", "tokens_arm"}
-    assert {k for k in test["comparisons"]["RL − SFT same time"] if " · " not in k} == {"arithmetic", "mcq", "all"}
-    assert test["comparisons"]["RL − SFT same tokens"]["all"]["n"] == 2 * TINY["rl_val_tasks"]
+    assert {k for k in test["comparisons"]["RL − SFT same time"] if " · " not in k} == {"arithmetic", "mcq", "instruction", "all"}
+    assert test["comparisons"]["RL − SFT same tokens"]["all"]["n"] == 3 * TINY["rl_val_tasks"]
     from posttrain.eval.compare import read_task_rewards
     from posttrain.envs.splits import split_of
 
     tested = read_task_rewards(run_dir / "test" / "rl.jsonl")
-    assert set(tested) == {"arithmetic", "mcq"}
+    assert set(tested) == {"arithmetic", "mcq", "instruction"}
+    ext = test["external"]  # the instruction answers again, by IFEval's checkers (tasks with a mapped constraint)
+    assert set(ext["scores"]) == set(test["scores"]) and all(a["n"] <= 2 for a in ext["agreement"].values())
     assert all(split_of(i) == "test" for i in tested["mcq"])  # mcq ids are content hashes: their split is the rule's
     # the anchor alone: the RLVR stage's SFT rows without the reward, from the SFT checkpoint
     ctrl = rep["anchor_control"]
@@ -136,7 +141,7 @@ def test_pipeline_with_rlvr_and_distill_reports_resumes_and_writes_loadable_chec
     saved = {name: yaml.safe_load((run_dir / name / "config.yaml").read_text())
              for name in ("rl", "specialist_math", "specialist_instruction", "mopd")}
     ratios = {name: {e["name"]: e["ratio"] for e in c["envs"]} for name, c in saved.items()}
-    assert ratios["rl"] == {"arithmetic": 1.0, "mcq": 1.0}
+    assert ratios["rl"] == {"arithmetic": 1.0, "mcq": 1.0, "instruction": 1.0}
     assert saved["rl"]["rollout"]["reasoning"] and saved["rl"]["optim"]["lr"] == 1e-3  # rl_overrides win
     # the RLVR stage keeps the SFT data in its steps (the SFT anchor): its rows train even though the
     # tiny model's rewards are all equal (every group dropped)
