@@ -107,13 +107,13 @@ def lcs_tests(n: int) -> list[list[Any]]:
 
 
 def sequential_sandbox(ctx: Context) -> Any:
-    from posttrain.envs.sandbox import Sandbox
+    from posttrain.sandbox import Sandbox
 
     return ctx.get("sandbox_1", lambda: Sandbox(workers=1))
 
 
 def pooled_sandbox(ctx: Context) -> Any:
-    from posttrain.envs.sandbox import Sandbox
+    from posttrain.sandbox import Sandbox
 
     return ctx.get("sandbox_pool", lambda: Sandbox(workers=ctx.workers))
 

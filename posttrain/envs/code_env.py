@@ -48,7 +48,7 @@ from typing import Any
 from posttrain.envs import code_tasks
 from posttrain.envs.base import ENVIRONMENTS, Environment, Message, Split, Task, VerifyResult
 from posttrain.envs.base import final_answer_text
-from posttrain.envs.sandbox import CallsResult, Limits, Sandbox, Status, default_sandbox
+from posttrain.sandbox import CallsResult, Limits, Sandbox, Status, default_sandbox
 
 FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.S)
 PYTHON_TAGS = {"python", "py", "python3"}

@@ -38,7 +38,7 @@ def problems(he):
 
 @pytest.fixture(scope="module")
 def sandbox():
-    from posttrain.envs.sandbox import default_sandbox
+    from posttrain.sandbox import default_sandbox
 
     sb = default_sandbox()
     sb.check()  # fails (SandboxUnavailable, with what is missing) where model code could not be isolated

@@ -20,7 +20,7 @@ from posttrain.envs.code_env import (
     outputs_match,
     problem_to_task,
 )
-from posttrain.envs.sandbox import (
+from posttrain.sandbox import (
     CallOutcome,
     CallsResult,
     ExecResult,

