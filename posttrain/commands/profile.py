@@ -54,7 +54,7 @@ def _run_from_config(args: argparse.Namespace) -> int:
     from posttrain.engines.hf import HFGenerator
     from posttrain.eval.profile import profile_envs
     from posttrain.configs.rl import RLConfig
-    from posttrain.envs.build import build_envs
+    from posttrain.serving.build import build_envs
 
     cfg = load_config(RLConfig, args.config, args.overrides)
     r = cfg.rollout

@@ -18,9 +18,9 @@ import httpx
 import pytest
 
 from posttrain.envs.base import Environment, Episode, StepResult, Task, VerifyResult, final_answer_text
-import posttrain.envs.server as server_module
-from posttrain.envs.remote import RemoteEnvironment, build_verify_body, make_remote
-from posttrain.envs.server import (
+import posttrain.serving.server as server_module
+from posttrain.serving.remote import RemoteEnvironment, build_verify_body, make_remote
+from posttrain.serving.server import (
     LIMIT_FLAGS,
     MAX_BODY_BYTES,
     MAX_TASKS_PER_REQUEST,

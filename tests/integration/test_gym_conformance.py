@@ -28,8 +28,8 @@ import httpx
 import pytest
 
 from posttrain.envs.base import ENVIRONMENTS, make_env
-from posttrain.envs.remote import build_verify_body
-from posttrain.envs.server import create_app, messages_to_items, running_server
+from posttrain.serving.remote import build_verify_body
+from posttrain.serving.server import create_app, messages_to_items, running_server
 
 ROOT = Path(__file__).resolve().parents[2]
 GYM_DIR = ROOT / "tests" / "gym"

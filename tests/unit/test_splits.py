@@ -114,7 +114,7 @@ REPORTING_ONLY = {
     "posttrain/commands/genrm.py": "the GenRM agreement printed after training",
     "posttrain/envs/genrm/evaluate.py": "GenRM agreement: a reported figure",
     "posttrain/envs/splits.py": "the rule itself",
-    "posttrain/envs/gym_client.py": "cuts a held-out dataset into dev and test",
+    "posttrain/serving/gym_client.py": "cuts a held-out dataset into dev and test",
     "posttrain/data/synthetic.py": "arithmetic_tasks' default: the reported problems",
     "posttrain/experiments/evidence.py": "scores the final checkpoints for the report's test table; the RL run "
                                          "chose its checkpoint on dev",

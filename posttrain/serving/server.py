@@ -2,7 +2,7 @@
 
 The recipe runs environments as separate services ("resource servers: tasks in, reward out";
 docs/recipe.md §2) so they can be developed and scaled apart from the trainer. This module wraps one
-in-process environment in a FastAPI app; ``posttrain.envs.remote.RemoteEnvironment`` is the client
+in-process environment in a FastAPI app; ``posttrain.serving.remote.RemoteEnvironment`` is the client
 that makes such a server look like an in-process environment again. The full contract, with
 example bodies, is in docs/env_server.md.
 
