@@ -405,7 +405,7 @@ def _most_common(outputs: list[Any]) -> Any:
 
 
 def _solution(t: Task) -> str:
-    from posttrain.envs.code_env import lookup_table_solution
+    from posttrain.envs.code.env import lookup_table_solution
 
     return lookup_table_solution(t)
 
@@ -489,7 +489,7 @@ def _import_reference(t: Task) -> list[Message]:
     repo = os.path.dirname(os.path.dirname(os.path.abspath(posttrain.__file__)))
     return _fence(
         f"import sys\nsys.path.insert(0, {repo!r})\n"
-        "from posttrain.envs import code_tasks\n"
+        "from posttrain.envs.code import tasks as code_tasks\n"
         f"_P = code_tasks.make_problem(*code_tasks.parse_task_id({t.id!r}), n_tests={len(t.ground_truth['expected'])})\n"
         "_T = {repr(a): e for a, e in zip(_P.inputs, _P.expected)}\n\n"
         f"def {_entry(t)}(*args):\n    return _T[repr(list(args))]\n")

@@ -78,7 +78,7 @@ def model_turns(env_name: str, task) -> tuple[list[dict[str, Any]], list[dict[st
 
     gt = task.ground_truth
     if env_name == "code":
-        from posttrain.envs.code_env import lookup_table_solution
+        from posttrain.envs.code.env import lookup_table_solution
 
         return ([{"role": "assistant", "content": f"```python\n{lookup_table_solution(task)}```"}],
                 [{"role": "assistant", "content": "```python\ndef nothing():\n    return None\n```"}])

@@ -22,7 +22,7 @@ Prompt (our chat template, one user turn)::
     ```
 
 Program built from a reply (``build_program``; reasoning is never graded): the last ```python block
-(else the last untagged block, else the whole answer if it parses: ``code_env.extract_code``).
+(else the last untagged block, else the whole answer if it parses: ``envs/code/env.py: extract_code``).
 If it defines ``entry_point`` the program is ``prompt`` (its imports and helper functions) followed
 by that code, which redefines the function; otherwise the code is read as the body that continues
 the prompt. Then the test and ``check(entry_point)``, then a line printing a random marker: a
@@ -94,7 +94,7 @@ def solution_code(problem: dict[str, Any], answer: str) -> tuple[str | None, str
 
     ``function``: the code block defines ``entry_point`` (the prompt comes first, for its imports
     and helpers); ``body``: the block (or, without a block, the answer) continues the prompt."""
-    from posttrain.envs.code_env import FENCE, PYTHON_TAGS, extract_code
+    from posttrain.envs.code.env import FENCE, PYTHON_TAGS, extract_code
 
     code, why = extract_code(answer)
     if code is not None and _defines(code, problem["entry_point"]):
