@@ -15,7 +15,7 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "setup": ("posttrain.commands.setup", "convert the embedded model once and check the install"),
     "precision": ("posttrain.commands.precision", "this machine's bf16/fp32 matmul probe and what precision=auto picks"),
-    "pipeline": ("posttrain.experiments.pipeline", "run the whole recipe on the embedded model and report what it achieved"),
+    "pipeline": ("posttrain.commands.pipeline", "run the whole recipe on the embedded model and report what it achieved"),
     "sft": ("posttrain.commands.sft", "supervised fine-tuning on conversation JSONL (packing, WSD, LoRA, resume)"),
     "rl": ("posttrain.commands.rl", "multi-environment RLVR with GRPO: curriculum, overlong/dynamic filters, masked IS, frozen MoE routers (resumable)"),
     "distill": ("posttrain.commands.distill", "multi-teacher on-policy distillation: each domain's teacher scores the student's rollouts (per-token reverse KL)"),
