@@ -27,7 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "profile": ("posttrain.commands.profile", "sample k rollouts per training task and write the pass-rate profile JSONL for the RL curriculum"),
     "validate": ("posttrain.commands.validate", "score a model on an RL run's held-out tasks, per task; --against: paired gain over another model"),
     "make-data": ("posttrain.commands.make_data", "write a generated SFT dataset (e.g. arithmetic with short reasoning)"),
-    "curate": ("posttrain.data.curate", "generate, verify, filter and dedup SFT data from a teacher pool (resumable; --refresh merges a new pool)"),
+    "curate": ("posttrain.commands.curate", "generate, verify, filter and dedup SFT data from a teacher pool (resumable; --refresh merges a new pool)"),
     "profile-data": ("posttrain.commands.profile_data", "behaviour profile of an SFT JSONL: lengths, turns, tool use, co-occurrence"),
     "quantize": ("posttrain.commands.quantize", "selective FP8 (E4M3) post-training quantization: calibration, sensitivity search, compressed-tensors export"),
     "eval": ("posttrain.eval.run", "evaluate a model on environments: accuracy, avg@k, pass@k"),
