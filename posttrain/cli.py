@@ -30,7 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "curate": ("posttrain.commands.curate", "generate, verify, filter and dedup SFT data from a teacher pool (resumable; --refresh merges a new pool)"),
     "profile-data": ("posttrain.commands.profile_data", "behaviour profile of an SFT JSONL: lengths, turns, tool use, co-occurrence"),
     "quantize": ("posttrain.commands.quantize", "selective FP8 (E4M3) post-training quantization: calibration, sensitivity search, compressed-tensors export"),
-    "eval": ("posttrain.eval.run", "evaluate a model on environments: accuracy, avg@k, pass@k"),
+    "eval": ("posttrain.commands.eval", "evaluate a model on environments: accuracy, avg@k, pass@k"),
     "envs": ("posttrain.commands.envs", "list environments or print sample tasks"),
     "redteam": ("posttrain.commands.redteam", "audit an environment's reward with reward-hacking cases (lazy replies must score 0, valid ones 1)"),
     "serve-env": ("posttrain.serving.server", "serve an environment over HTTP (NeMo Gym resource-server contract)"),

@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     if args.temperature <= 0:
         raise UserError("--temperature must be > 0: a greedy profile has pass rates of only 0 or 1")
     from posttrain.eval.profile import profile_envs
-    from posttrain.eval.run import build_env, env_names, make_eval_judge
+    from posttrain.eval.evaluate import build_env, env_names, make_eval_judge
     from posttrain.engines.hf import HFGenerator
 
     names = env_names(args.env)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from posttrain.errors import UserError
 from posttrain.eval.benchmarks.base import Benchmark, BenchmarkOptions, BenchmarkResult
 from posttrain.registry import Registry
 
@@ -35,6 +36,16 @@ def run_benchmark(name: str, generator: Any, options: BenchmarkOptions) -> Bench
     result = bench.run(generator, options)
     result.seconds = time.perf_counter() - start
     return result
+
+
+def benchmark_names(requested: list[str]) -> list[str]:
+    from posttrain.eval.benchmarks import BENCHMARKS
+
+    names = list(dict.fromkeys(requested))
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown:
+        raise UserError(f"unknown benchmark(s) {', '.join(unknown)}; known: {', '.join(BENCHMARKS.names())}")
+    return names
 
 
 def _register_builtin() -> None:
