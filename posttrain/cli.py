@@ -33,7 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("posttrain.commands.eval", "evaluate a model on environments: accuracy, avg@k, pass@k"),
     "envs": ("posttrain.commands.envs", "list environments or print sample tasks"),
     "redteam": ("posttrain.commands.redteam", "audit an environment's reward with reward-hacking cases (lazy replies must score 0, valid ones 1)"),
-    "serve-env": ("posttrain.serving.server", "serve an environment over HTTP (NeMo Gym resource-server contract)"),
+    "serve-env": ("posttrain.commands.serve_env", "serve an environment over HTTP (NeMo Gym resource-server contract)"),
     "chat": ("posttrain.commands.chat", "render a conversation with the chat template, or chat with a model"),
 }
 
