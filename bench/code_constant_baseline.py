@@ -16,7 +16,7 @@ from pathlib import Path
 
 from results_row import append_row, provenance  # bench/results_row.py (sys.path[0] is bench/ when run)
 
-from posttrain.envs.code_env import CodeEnv, best_constant_reward, outputs_match
+from posttrain.envs.code.env import CodeEnv, best_constant_reward, outputs_match
 
 RESULTS = Path(__file__).resolve().parent / "results" / "code_constant_baseline.jsonl"
 

@@ -10,7 +10,7 @@ import inspect
 import json
 from pathlib import Path
 
-from posttrain.envs import code_tasks
+from posttrain.envs.code import tasks as code_tasks
 from posttrain.envs.base import Task, make_env
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "env_samples" / "code.md"

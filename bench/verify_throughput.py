@@ -101,19 +101,19 @@ def case(name: str, unit: str) -> Callable[[type[Case]], type[Case]]:
 
 
 def lcs_tests(n: int) -> list[list[Any]]:
-    from posttrain.envs import code_tasks
+    from posttrain.envs.code import tasks as code_tasks
 
     return code_tasks.make_problem("lcs", 0, n_tests=min(n, code_tasks.MAX_TESTS)).inputs
 
 
 def sequential_sandbox(ctx: Context) -> Any:
-    from posttrain.envs.sandbox import Sandbox
+    from posttrain.sandbox import Sandbox
 
     return ctx.get("sandbox_1", lambda: Sandbox(workers=1))
 
 
 def pooled_sandbox(ctx: Context) -> Any:
-    from posttrain.envs.sandbox import Sandbox
+    from posttrain.sandbox import Sandbox
 
     return ctx.get("sandbox_pool", lambda: Sandbox(workers=ctx.workers))
 
@@ -202,7 +202,7 @@ class SandboxPool(Case):
 @case("code_env_verify", unit="verification")
 class CodeEnvVerify(Case):
     def setup(self, ctx: Context) -> None:
-        from posttrain.envs.code_env import CodeEnv, lookup_table_solution
+        from posttrain.envs.code.env import CodeEnv, lookup_table_solution
 
         self.env = CodeEnv(sandbox=pooled_sandbox(ctx))
         self.tasks = self.env.tasks("dev", n=40)

@@ -15,7 +15,7 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "setup": ("posttrain.commands.setup", "convert the embedded model once and check the install"),
     "precision": ("posttrain.commands.precision", "this machine's bf16/fp32 matmul probe and what precision=auto picks"),
-    "pipeline": ("posttrain.experiments.pipeline", "run the whole recipe on the embedded model and report what it achieved"),
+    "pipeline": ("posttrain.commands.pipeline", "run the whole recipe on the embedded model and report what it achieved"),
     "sft": ("posttrain.commands.sft", "supervised fine-tuning on conversation JSONL (packing, WSD, LoRA, resume)"),
     "rl": ("posttrain.commands.rl", "multi-environment RLVR with GRPO: curriculum, overlong/dynamic filters, masked IS, frozen MoE routers (resumable)"),
     "distill": ("posttrain.commands.distill", "multi-teacher on-policy distillation: each domain's teacher scores the student's rollouts (per-token reverse KL)"),
@@ -26,14 +26,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tool-decisions": ("posttrain.commands.tool_decisions", "tool use where a tool fits: the model's call (or plain reply) at each turn of the banking expert's held-out episodes"),
     "profile": ("posttrain.commands.profile", "sample k rollouts per training task and write the pass-rate profile JSONL for the RL curriculum"),
     "validate": ("posttrain.commands.validate", "score a model on an RL run's held-out tasks, per task; --against: paired gain over another model"),
-    "make-data": ("posttrain.data.synthetic", "write a generated SFT dataset (e.g. arithmetic with short reasoning)"),
-    "curate": ("posttrain.data.curate", "generate, verify, filter and dedup SFT data from a teacher pool (resumable; --refresh merges a new pool)"),
-    "profile-data": ("posttrain.data.profile", "behaviour profile of an SFT JSONL: lengths, turns, tool use, co-occurrence"),
+    "make-data": ("posttrain.commands.make_data", "write a generated SFT dataset (e.g. arithmetic with short reasoning)"),
+    "curate": ("posttrain.commands.curate", "generate, verify, filter and dedup SFT data from a teacher pool (resumable; --refresh merges a new pool)"),
+    "profile-data": ("posttrain.commands.profile_data", "behaviour profile of an SFT JSONL: lengths, turns, tool use, co-occurrence"),
     "quantize": ("posttrain.commands.quantize", "selective FP8 (E4M3) post-training quantization: calibration, sensitivity search, compressed-tensors export"),
-    "eval": ("posttrain.eval.run", "evaluate a model on environments: accuracy, avg@k, pass@k"),
+    "eval": ("posttrain.commands.eval", "evaluate a model on environments: accuracy, avg@k, pass@k"),
     "envs": ("posttrain.commands.envs", "list environments or print sample tasks"),
     "redteam": ("posttrain.commands.redteam", "audit an environment's reward with reward-hacking cases (lazy replies must score 0, valid ones 1)"),
-    "serve-env": ("posttrain.envs.server", "serve an environment over HTTP (NeMo Gym resource-server contract)"),
+    "serve-env": ("posttrain.commands.serve_env", "serve an environment over HTTP (NeMo Gym resource-server contract)"),
     "chat": ("posttrain.commands.chat", "render a conversation with the chat template, or chat with a model"),
 }
 

@@ -49,7 +49,7 @@ def warmstart(args: argparse.Namespace, cfg: object) -> int:
     import json
     from pathlib import Path
 
-    from posttrain.envs.build import build_envs
+    from posttrain.serving.build import build_envs
     from posttrain.envs.genrm.env import warmstart_conversations
 
     spec = cfg.envs[0]  # type: ignore[attr-defined]
@@ -65,7 +65,7 @@ def evaluate(args: argparse.Namespace, cfg: object) -> int:
     import json
     from pathlib import Path
 
-    from posttrain.envs.build import build_envs
+    from posttrain.serving.build import build_envs
     from posttrain.envs.genrm.evaluate import genrm_agreement
     from posttrain.envs.genrm.judge import make_generator
 

@@ -54,7 +54,7 @@ def _run_from_config(args: argparse.Namespace) -> int:
     from posttrain.engines.hf import HFGenerator
     from posttrain.eval.profile import profile_envs
     from posttrain.configs.rl import RLConfig
-    from posttrain.envs.build import build_envs
+    from posttrain.serving.build import build_envs
 
     cfg = load_config(RLConfig, args.config, args.overrides)
     r = cfg.rollout
@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     if args.temperature <= 0:
         raise UserError("--temperature must be > 0: a greedy profile has pass rates of only 0 or 1")
     from posttrain.eval.profile import profile_envs
-    from posttrain.eval.run import build_env, env_names, make_eval_judge
+    from posttrain.eval.evaluate import build_env, env_names, make_eval_judge
     from posttrain.engines.hf import HFGenerator
 
     names = env_names(args.env)

@@ -1,6 +1,6 @@
 """``posttrain redteam ENV``: run the reward-hacking red-team cases against an environment.
 
-Each case (``posttrain/envs/redteam.py``) builds a crafted transcript from a task — constants,
+Each case (``posttrain/eval/redteam.py``) builds a crafted transcript from a task — constants,
 empty replies, echoes of the prompt, format-only replies, answer lists, exit tricks, forged
 result lines, always-equal objects, tag injection, extra tool calls, which must score 0, and
 correct answers in unusual forms, which must score 1 — and the environment's own ``verify``
@@ -56,7 +56,7 @@ def _env_args(pairs: list[str]) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from posttrain.envs import redteam
+    from posttrain.eval import redteam
     from posttrain.envs.base import ENVIRONMENTS, make_env
     from posttrain.errors import UserError
 

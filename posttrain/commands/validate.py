@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from posttrain.eval.compare import read_task_rewards
     from posttrain.engines.hf import HFGenerator
     from posttrain.configs.rl import RLConfig
-    from posttrain.envs.build import build_envs
+    from posttrain.serving.build import build_envs
     from posttrain.train.validation import validate
 
     if args.against and not Path(args.against).is_file():

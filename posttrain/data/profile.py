@@ -24,10 +24,7 @@ functions of the rows (``profile_rows``) so they are tested without files or plo
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -280,41 +277,3 @@ def counter_for(tokenizer_spec: str | None) -> tuple[CountFn, str]:
 
     tok = load_tokenizer(tokenizer_spec)
     return (lambda text: len(tok.encode(text, add_special_tokens=False)) if text else 0), TOKENS
-
-
-# --------------------------------------------------------------------------- CLI
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("data", nargs="+", help="SFT JSONL file(s)")
-    p.add_argument("--tokenizer", help="count tokens with this model's tokenizer (e.g. embedded); default: words")
-    p.add_argument("--out", help="output directory (default: <first file stem>_profile beside it)")
-    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
-    p.add_argument("--many-calls", type=int, default=10, help="a trajectory with this many tool calls is long (default: 10)")
-
-
-def run(args: argparse.Namespace) -> int:
-    from posttrain.data.conversations import read_conversations
-
-    rows, report = read_conversations(args.data, on_error="skip")
-    if report.bad:
-        print(f"note: {report.summary()}", file=sys.stderr)
-    count, unit = counter_for(args.tokenizer)
-    th = Thresholds(many_calls=args.many_calls)
-    stats = [row_stats(r, count) for r in rows]
-    p = profile_stats(stats, unit, th)
-    first = Path(args.data[0])
-    out_dir = Path(args.out) if args.out else first.with_name(first.stem + "_profile")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    print(format_table(p))
-    (out_dir / "profile.json").write_text(json.dumps(p, indent=2, ensure_ascii=False), encoding="utf-8")
-    written = [out_dir / "profile.json"]
-    if not args.no_plots and rows:
-        written += plot(p, {
-            f"assistant output ({unit})": [s.assistant_len for s in stats],
-            f"reasoning ({unit})": [s.reasoning_len for s in stats],
-            "assistant turns": [s.turns for s in stats],
-            "tool calls per trajectory": [len(s.tool_calls) for s in stats],
-        }, out_dir)
-    print("\nwrote " + ", ".join(str(w) for w in written))
-    return 0

@@ -13,11 +13,10 @@ validation split iff a hash of its text falls in the validation bucket.
 
 from __future__ import annotations
 
-import argparse
 from typing import Any, Iterator
 
 from posttrain.envs.arithmetic import PROMPT, Op, Problem, problem_task, sample_problems  # noqa: F401
-from posttrain.envs.splits import SPLITS, Split
+from posttrain.envs.splits import Split
 
 
 def _digits(n: int) -> list[int]:
@@ -77,7 +76,7 @@ def arithmetic_tasks(n: int, seed: int = 0, split: Split = "test", **kw: Any) ->
     return [problem_task(p) for p in sample_problems(n, seed, split, **kw)]
 
 
-# --------------------------------------------------------------------------- CLI
+# --------------------------------------------------------------------------- kinds of `posttrain make-data`
 
 def _banking_rows(n: int, seed: int, split: Split, **_: Any) -> Iterator[dict[str, Any]]:
     from posttrain.data.tool_demos import banking_rows  # tool-use SFT rows (the banking expert, verified)
@@ -85,23 +84,4 @@ def _banking_rows(n: int, seed: int, split: Split, **_: Any) -> Iterator[dict[st
     return banking_rows(n, seed, split)
 
 
-GENERATORS = {"arithmetic": arithmetic_rows, "banking": _banking_rows}
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("kind", choices=sorted(GENERATORS),
-                   help="arithmetic: sums / differences / products with a worked reasoning; banking: the banking "
-                        "environment's scripted expert, whole verified tool-use episodes (data/tool_demos.py)")
-    p.add_argument("--n", type=int, default=2000, help="number of rows")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--split", choices=SPLITS, default="train", help="train, dev (choose settings) or test (report)")
-    p.add_argument("--max-digits", type=int, default=2, help="arithmetic: largest operand size in digits")
-    p.add_argument("--out", required=True, help="output JSONL path")
-
-
-def run(args: argparse.Namespace) -> int:
-    from posttrain.data.conversations import write_jsonl
-
-    n = write_jsonl(GENERATORS[args.kind](args.n, args.seed, args.split, max_digits=args.max_digits), args.out)
-    print(f"wrote {n} rows to {args.out}")
-    return 0
+KINDS = {"arithmetic": arithmetic_rows, "banking": _banking_rows}  # kind → rows(n, seed, split, **options)

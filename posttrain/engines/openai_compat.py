@@ -22,7 +22,7 @@ What comes back is mapped onto our text conventions, so everything downstream (v
 
 Transport errors, 429 and 5xx are retried with exponential backoff; any other failure raises
 ``RemoteCallError`` naming the URL and the server's answer. ``request_json`` is shared with the
-remote-environment client (posttrain/envs/remote.py).
+remote-environment client (posttrain/serving/remote.py).
 
 Reasoning off (``SamplingParams.reasoning=False``) is sent as ``chat_template_kwargs:
 {"enable_thinking": false}`` (the vLLM / SGLang convention); it is only sent when reasoning is off so

@@ -27,6 +27,7 @@ chunk all episodes advance together (one batched generate call per turn).
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -36,6 +37,7 @@ from posttrain.engines.base import Generator, SamplingParams
 from posttrain.envs.base import Environment, Split, final_answer_text
 from posttrain.episodes.multiturn import run_episodes
 from posttrain.eval.passk import avg_at_k, n_correct, pass_at_k
+from posttrain.errors import UserError
 from posttrain.eval.robust import reword
 from posttrain.models.chat_template import response_parts
 
@@ -184,3 +186,38 @@ def evaluate(
     res = summarize(env.name, split, params, seed, results, time.perf_counter() - start, success_threshold)
     res.wording, res.task_seed = wording, task_seed
     return res
+
+
+# --------------------------------------------------------------------------- what an evaluation runs on
+
+
+def env_names(requested: list[str]) -> list[str]:
+    import posttrain.envs  # noqa: F401  (registers the built-in environments)
+    from posttrain.envs.base import ENVIRONMENTS
+
+    names = ENVIRONMENTS.names() if "all" in requested else list(dict.fromkeys(requested))
+    unknown = [n for n in names if n not in ENVIRONMENTS]
+    if unknown:
+        raise UserError(f"unknown environment(s) {', '.join(unknown)}; known: {', '.join(ENVIRONMENTS.names())}")
+    return names
+
+
+def build_env(name: str, judge: Any) -> Any:
+    """The environment, given the judge if its constructor takes one."""
+    from posttrain.envs.base import ENVIRONMENTS
+
+    cls = ENVIRONMENTS.get(name)
+    takes_judge = "judge" in inspect.signature(cls.__init__).parameters
+    return cls(judge=judge) if takes_judge and judge is not None else cls()
+
+
+def make_eval_judge(spec: str, policy: Any) -> Any:
+    if spec == "none":
+        return None
+    if spec == "policy":
+        from posttrain.envs.judge import LLMJudge
+
+        return LLMJudge(policy)
+    from posttrain.envs.judge import make_judge
+
+    return make_judge(spec)

@@ -59,3 +59,41 @@ def load_results(path: str | Path) -> list[EvalResult]:
         tasks = [TaskResult(t["task_id"], [SampleResult(**s) for s in t["samples"]]) for t in r["tasks"]]
         results.append(EvalResult(**{**r, "tasks": tasks}))
     return results
+
+
+def robustness_text(results: list[Any], base: list[Any] | None, base_name: str = "base") -> str:
+    from posttrain.eval.robust import (
+        format_recovery,
+        format_sensitivity,
+        prompt_sensitivity,
+        recovery,
+    )
+
+    parts = []
+    sens = prompt_sensitivity(results)
+    if any(row["runs"] > 1 for row in sens):  # several wordings or seeds
+        parts.append("prompt sensitivity (std of the per-wording means, points; lower = more robust):\n"
+                     + format_sensitivity(sens))
+    if base is not None:
+        parts.append("accuracy recovery:\n" + format_recovery(recovery(base, results), base_name, "this model"))
+    return "\n\n".join(parts)
+
+
+def write_report(out_dir: str, meta: dict[str, Any], results: list[Any], errors: dict[str, str],
+                 base: list[Any] | None, base_name: str = "base") -> None:
+    from pathlib import Path
+
+    from posttrain.eval.report import format_table, write_json
+    from posttrain.eval.robust import plot_report, prompt_sensitivity, recovery
+
+    d = Path(out_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    write_json(d / "results.json", meta, results, errors)
+    sens = prompt_sensitivity(results)
+    rec = recovery(base, results) if base is not None else None
+    plot_report(results, d / "report.png", sens, rec)
+    text = robustness_text(results, base, base_name)
+    (d / "report.md").write_text(
+        f"# posttrain eval: {meta['args'].get('model')}\n\n`{' '.join(meta['argv'])}`\n\n"
+        + format_table(results, markdown=True) + "\n\n" + text + "\n\n![report](report.png)\n")
+    print(f"wrote {d}/report.md, report.png, results.json")

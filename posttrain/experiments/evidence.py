@@ -59,7 +59,7 @@ def score_records(rl_dir: Path, model: str, out: Path, n_tasks: int, batch_size:
     from posttrain.configs import load_config
     from posttrain.configs.rl import RLConfig
     from posttrain.engines.hf import HFGenerator
-    from posttrain.envs.build import build_envs
+    from posttrain.serving.build import build_envs
     from posttrain.train.validation import validate
 
     rl_cfg = load_config(RLConfig, rl_dir / "config.yaml", [])

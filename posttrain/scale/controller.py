@@ -92,7 +92,7 @@ def run_rl(cfg: RLConfig, progress: bool = True, stop_after: int | None = None) 
         return train_rl(cfg, progress=progress, stop_after=stop_after)
     import ray
 
-    from posttrain.envs.build import build_envs
+    from posttrain.serving.build import build_envs
     from posttrain.train.rl_curriculum import check_profile
 
     for name in cfg.scale.worker_imports:

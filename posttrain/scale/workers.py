@@ -71,7 +71,7 @@ class RolloutWorker:
         import ray
 
         from posttrain.engines.registry import make_engine
-        from posttrain.envs.build import build_envs
+        from posttrain.serving.build import build_envs
         from posttrain.models.loading import load_model
         from posttrain.scale.weight_sync import make_sync
 
@@ -146,7 +146,7 @@ class RolloutWorker:
 
 class VerifierWorker:
     def __init__(self, cfg: Any) -> None:
-        from posttrain.envs.build import build_envs
+        from posttrain.serving.build import build_envs
         from posttrain.scorers.verifier import VerifierReward
 
         role = cfg.scale.verifier

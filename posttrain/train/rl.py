@@ -313,7 +313,7 @@ class RLStage:
                  anchor: list[dict[str, Any]] | None = None) -> None:
         from posttrain.algos.advantages import make_advantage
         from posttrain.engines.registry import make_engine
-        from posttrain.envs.build import build_envs
+        from posttrain.serving.build import build_envs
         from posttrain.models.facts import use_packing
         from posttrain.scorers.verifier import VerifierReward
         from posttrain.train.rl_curriculum import TaskSchedule
@@ -504,7 +504,7 @@ def train_rl(cfg: RLConfig, progress: bool = True, stop_after: int | None = None
     (tests) returns right after that step as if killed there. ``source(t, plan)``: builds where the
     rollouts come from instead of the stage's own engine (``scale/rollouts.py``: Ray rollout and
     verification workers; it has ``batch``, ``sample``, ``publish`` and ``close``)."""
-    from posttrain.envs.build import build_envs
+    from posttrain.serving.build import build_envs
     from posttrain.train import loop
     from posttrain.train.checkpoint import latest_checkpoint
     from posttrain.train.rl_curriculum import check_profile

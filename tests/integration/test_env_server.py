@@ -18,23 +18,21 @@ import httpx
 import pytest
 
 from posttrain.envs.base import Environment, Episode, StepResult, Task, VerifyResult, final_answer_text
-import posttrain.envs.server as server_module
-from posttrain.envs.remote import RemoteEnvironment, build_verify_body, make_remote
-from posttrain.envs.server import (
-    LIMIT_FLAGS,
+import posttrain.serving.server as server_module
+from posttrain.serving.remote import RemoteEnvironment, build_verify_body, make_remote
+from posttrain.serving.server import (
     MAX_BODY_BYTES,
     MAX_TASKS_PER_REQUEST,
     SESSION_HEADER,
-    add_arguments,
     conversation_after_prompt,
     create_app,
     items_to_messages,
     messages_to_items,
-    limits_of,
-    parse_env_args,
     running_server,
     task_to_row,
 )
+from posttrain.commands import serve_env as serve_env_command
+from posttrain.commands.serve_env import LIMIT_FLAGS, add_arguments, limits_of, parse_env_args
 from posttrain.models.chat_template import ToolCallParseError, _arguments_of, parse_assistant
 from posttrain.engines.openai_compat import RemoteCallError
 
@@ -813,7 +811,7 @@ def test_serve_env_limit_flags_reach_the_app(monkeypatch):
              "--max-sessions": 3, "--max-session-bytes": 70_000, "--max-tasks-kept": 4, "--max-task-bytes": 80_000}
     assert set(flags) == {flag for flag, *_ in LIMIT_FLAGS}  # every limit has its flag
     argv = ["test_add", "--port", "9123", *[str(x) for kv in flags.items() for x in kv]]
-    server_module.run(_serve_env_parser().parse_args(argv))
+    serve_env_command.run(_serve_env_parser().parse_args(argv))
     app = served["app"]
     assert (served["host"], served["port"]) == ("127.0.0.1", 9123)
     assert app.state.limits == {"max_body_bytes": 2_048, "max_tasks_per_request": 5, "max_task_index": 50,

@@ -10,8 +10,7 @@ import torch
 
 from posttrain.cli import main
 from posttrain.envs.base import Environment, Task, VerifyResult
-from posttrain.eval import run as eval_run
-from posttrain.eval.evaluate import evaluate
+from posttrain.eval.evaluate import build_env, evaluate
 from posttrain.eval.report import load_results
 from posttrain.models.loading import load_model
 from posttrain.engines.hf import HFGenerator
@@ -80,14 +79,14 @@ def test_cli_writes_table_and_json(tmp_path, capsys):
 
 
 def test_cli_reports_a_failing_environment_and_keeps_the_others(tmp_path, monkeypatch, capsys):
-    real_build = eval_run.build_env
+    real_build = build_env
 
     def build(name, judge):
         if name == "mcq":
             raise RuntimeError("broken on purpose")
         return real_build(name, judge)
 
-    monkeypatch.setattr(eval_run, "build_env", build)
+    monkeypatch.setattr("posttrain.eval.evaluate.build_env", build)  # the command reads it when it runs
     out = tmp_path / "results.json"
     rc = main(["eval", "--env", "mcq", "--env", "math", "--model", "tiny-llama", "--n", "1", "--max-new-tokens", "2",
                "--no-progress", "--out", str(out)])

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from posttrain.commands import rl as rl_command
-from posttrain.envs.gym_client import SESSION_KEY, GymEnvironment
+from posttrain.serving.gym_client import SESSION_KEY, GymEnvironment
 from posttrain.envs.tools import calls_message
 
 from test_gym_conformance import ROOT, require_gym  # noqa: E402  (same folder; tests/ is on sys.path)

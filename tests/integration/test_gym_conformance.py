@@ -28,8 +28,8 @@ import httpx
 import pytest
 
 from posttrain.envs.base import ENVIRONMENTS, make_env
-from posttrain.envs.remote import build_verify_body
-from posttrain.envs.server import create_app, messages_to_items, running_server
+from posttrain.serving.remote import build_verify_body
+from posttrain.serving.server import create_app, messages_to_items, running_server
 
 ROOT = Path(__file__).resolve().parents[2]
 GYM_DIR = ROOT / "tests" / "gym"
@@ -78,7 +78,7 @@ def model_turns(env_name: str, task) -> tuple[list[dict[str, Any]], list[dict[st
 
     gt = task.ground_truth
     if env_name == "code":
-        from posttrain.envs.code_env import lookup_table_solution
+        from posttrain.envs.code.env import lookup_table_solution
 
         return ([{"role": "assistant", "content": f"```python\n{lookup_table_solution(task)}```"}],
                 [{"role": "assistant", "content": "```python\ndef nothing():\n    return None\n```"}])

@@ -21,6 +21,7 @@ import pytest
 import torch
 import yaml
 
+from posttrain.commands import pipeline as pipeline_command
 from posttrain.experiments import pipeline
 from posttrain.configs import load_config
 
@@ -48,7 +49,7 @@ def _args(run_dir, **flags) -> argparse.Namespace:
 
 def test_pipeline_with_rlvr_and_distill_reports_resumes_and_writes_loadable_checkpoints(tmp_path, capsys):
     run_dir = tmp_path / "pipe"
-    assert pipeline.run(_args(run_dir, distill=True, anchor_control=True)) == 0
+    assert pipeline_command.run(_args(run_dir, distill=True, anchor_control=True)) == 0
     out = capsys.readouterr().out
     assert sorted(p.stem for p in (run_dir / "stages").glob("*.json")) == sorted(STAGES)
     assert "after SFT      after RL  anchor alone" in out and "RLVR held-out validation reward" in out
@@ -167,7 +168,7 @@ def test_pipeline_with_rlvr_and_distill_reports_resumes_and_writes_loadable_chec
 
     # a re-run reuses every stage and prints the same report
     stamps = {p.name: p.stat().st_mtime_ns for p in (run_dir / "stages").glob("*.json")}
-    assert pipeline.run(_args(run_dir, distill=True, anchor_control=True)) == 0
+    assert pipeline_command.run(_args(run_dir, distill=True, anchor_control=True)) == 0
     again = capsys.readouterr().out
     assert all(f"{s}: done earlier" in again for s in STAGES)
     assert "after RL" in again and "MOPD student" in again
@@ -194,21 +195,21 @@ def test_ctrl_c_says_where_it_stopped_and_the_next_run_resumes(tmp_path, capsys,
 
     monkeypatch.setattr(pipeline, "measure", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        pipeline.run(_args(run_dir, fresh=True))
+        pipeline_command.run(_args(run_dir, fresh=True))
     err = capsys.readouterr().err
     assert "interrupted during stage after_rl" in err and "data, " in err and "rlvr" in err
     resume = err.split("resume with: ", 1)[1].strip()
     assert resume.startswith("posttrain pipeline ") and "--fresh" not in resume and "sft_steps=2" in resume
 
     monkeypatch.setattr(pipeline, "measure", real)
-    assert pipeline.run(_args(run_dir)) == 0  # what the printed command runs
+    assert pipeline_command.run(_args(run_dir)) == 0  # what the printed command runs
     out = capsys.readouterr().out
     assert all(f"{s}: done earlier" in out for s in ("data", "before", "sft", "after", "rlvr"))
     assert (run_dir / "stages" / "after_rl.json").exists() and "after RL" in out
 
 
 def test_pipeline_without_rlvr_keeps_the_two_column_report(tmp_path, capsys):
-    assert pipeline.run(_args(tmp_path / "pipe", no_rlvr=True)) == 0
+    assert pipeline_command.run(_args(tmp_path / "pipe", no_rlvr=True)) == 0
     out = capsys.readouterr().out
     assert "after SFT" in out and "after RL" not in out and "RLVR" not in out
     assert not (tmp_path / "pipe" / "stages" / "rlvr.json").exists()
@@ -228,7 +229,7 @@ def test_pipeline_rlhf_stage_on_the_tiny_model(tmp_path, capsys):
     args = _args(run_dir, rlhf=True)
     args.overrides += ["genrm_steps=1", "genrm_pairs=4", "rlhf_steps=1",
                        "rlhf_overrides=[judge.max_new_tokens=4, judge.retries=0, rollout.max_new_tokens=6]"]
-    assert pipeline.run(args) == 0
+    assert pipeline_command.run(args) == 0
     out = capsys.readouterr().out
     assert "rlhf: 1 GRPO steps with the GenRM" in out and "GenRM: 1 GRPO steps" in out
     rep = json.loads((run_dir / "rlhf.json").read_text())

@@ -1,5 +1,5 @@
 """Shared body of the per-environment red-team test modules (the cases live in the library,
-``posttrain/envs/redteam.py``, so ``posttrain redteam ENV`` runs the very same ones)."""
+``posttrain/eval/redteam.py``, so ``posttrain redteam ENV`` runs the very same ones)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from posttrain.envs import redteam
+from posttrain.eval import redteam
 from posttrain.envs.base import make_env
 
 

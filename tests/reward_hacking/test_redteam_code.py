@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 from redteam_helpers import make_suite
 
-from posttrain.envs import code_tasks
+from posttrain.envs.code import tasks as code_tasks
 from posttrain.envs.base import make_env
-from posttrain.envs.code_env import MIN_TESTS, N_EXAMPLES, CodeEnv, best_constant_reward, grade
-from posttrain.envs.sandbox import CallOutcome, CallsResult, ExecResult, Status
+from posttrain.envs.code.env import MIN_TESTS, N_EXAMPLES, CodeEnv, best_constant_reward, grade
+from posttrain.sandbox import CallOutcome, CallsResult, ExecResult, Status
 
 env_and_tasks, test_red_team_case = make_suite("code")
 

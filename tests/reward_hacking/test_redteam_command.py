@@ -4,7 +4,7 @@ red-team cases, with both hacks (expected 0) and valid answers (expected 1)."""
 from __future__ import annotations
 
 from posttrain.cli import main
-from posttrain.envs import redteam
+from posttrain.eval import redteam
 from posttrain.envs.base import ENVIRONMENTS, make_env
 
 

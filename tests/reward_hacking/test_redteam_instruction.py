@@ -1,4 +1,4 @@
-"""Reward-hacking red team: `instruction`. Every case of `posttrain.envs.redteam` for this environment
+"""Reward-hacking red team: `instruction`. Every case of `posttrain.eval.redteam` for this environment
 (and the generic ones) must earn exactly its expected reward on every task it applies to."""
 
 from redteam_helpers import make_suite

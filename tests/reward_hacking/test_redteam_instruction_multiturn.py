@@ -3,6 +3,6 @@ every hack here is stopped by the program's own checks (rules in force + the sub
 
 from redteam_helpers import make_suite
 
-from posttrain.envs.redteam import ApproveAllJudge
+from posttrain.eval.redteam import ApproveAllJudge
 
 env_and_tasks, test_red_team_case = make_suite("instruction_multiturn", judge=ApproveAllJudge())

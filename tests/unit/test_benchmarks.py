@@ -38,7 +38,7 @@ def problems(he):
 
 @pytest.fixture(scope="module")
 def sandbox():
-    from posttrain.envs.sandbox import default_sandbox
+    from posttrain.sandbox import default_sandbox
 
     sb = default_sandbox()
     sb.check()  # fails (SandboxUnavailable, with what is missing) where model code could not be isolated
@@ -332,17 +332,18 @@ def test_agreement_table_and_kappa(ie):
 
 
 def test_eval_cli_takes_benchmarks_and_the_three_splits():
-    from posttrain.eval import run
+    from posttrain.commands import eval as eval_command
+    from posttrain.eval.benchmarks import benchmark_names
 
     p = argparse.ArgumentParser()
-    run.add_arguments(p)
+    eval_command.add_arguments(p)
     args = p.parse_args(["--benchmark", "humaneval", "--benchmark", "bfcl", "--category", "simple"])
     assert args.split == "test" and args.benchmark == ["humaneval", "bfcl"] and args.n is None
     assert p.parse_args(["--split", "dev"]).split == "dev"
     with pytest.raises(SystemExit):
         p.parse_args(["--split", "validation"])
-    options = run.benchmark_options(args)
+    options = eval_command.benchmark_options(args)
     assert options.split == "test" and options.categories == ("simple",) and options.n is None
-    assert run.benchmark_names(["ifeval", "ifeval", "ifbench"]) == ["ifeval", "ifbench"]
+    assert benchmark_names(["ifeval", "ifeval", "ifbench"]) == ["ifeval", "ifbench"]
     with pytest.raises(UserError, match="unknown benchmark"):
-        run.benchmark_names(["mmlu"])
+        benchmark_names(["mmlu"])

@@ -9,14 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from posttrain.data import curate as curate_mod
+from posttrain.commands import curate as curate_command
 from posttrain.data.conversations import read_conversations
 from posttrain.data.curate import (
     Candidate,
     CurateConfig,
     CurateError,
     TeacherPool,
-    add_arguments,
     as_task,
     curate,
     done_path,
@@ -244,7 +243,7 @@ def test_resume_refuses_a_file_curate_did_not_write_and_leaves_it_untouched(tmp_
             assert out.read_text() == text and not done_path(out).exists() and not refresh_path(out).exists()
     # through the CLI: one line, exit 2, before any teacher is loaded
     monkeypatch.setattr("posttrain.envs.base.make_env", lambda name, **kw: EchoEnv())
-    monkeypatch.setattr(curate_mod, "make_teacher", lambda spec: pytest.fail("a teacher was loaded"))
+    monkeypatch.setattr(curate_command, "make_teacher", lambda spec: pytest.fail("a teacher was loaded"))
     out.write_text(plain[0])
     assert main(["curate", "--env", "echo", "--teacher", "x", "--out", str(out), "--resume"]) == 2
     err = capsys.readouterr().err.strip()
@@ -449,19 +448,19 @@ def test_cli_runs_the_pipeline_with_env_tasks_and_filter_options(tmp_path, monke
                                        + f"\n</think>\nAnswer: {gt}") for j in range(params.n)])
             return out
 
-    monkeypatch.setattr(curate_mod, "make_teacher", lambda spec: (spec, PoolGen(spec)))
+    monkeypatch.setattr(curate_command, "make_teacher", lambda spec: (spec, PoolGen(spec)))
     monkeypatch.setattr("posttrain.envs.base.make_env", lambda name, **kw: EchoEnv())
     parser = argparse.ArgumentParser()
-    add_arguments(parser)
+    curate_command.add_arguments(parser)
     out = tmp_path / "cli.jsonl"
     args = parser.parse_args(["--env", "echo", "--teacher", "x", "--teacher", "y", "--n", "4", "--k", "3",
                               "--limit", "3", "--out", str(out), "--filter-option", "length.max_words=500",
                               "--block-pattern", "forbidden=forbiddenword"])
-    assert curate_mod.run(args) == 0
+    assert curate_command.run(args) == 0
     s = json.loads(summary_path(out).read_text())
     assert s["prompts_processed"] == 3 and s["kept"] == 9 and s["dropped"] == {"filter:keywords:forbidden": 3}
     assert set(s["by_teacher"]) == {"x", "y"} and s["config"]["filters"]["options"]["length"] == {"max_words": 500}
     bad = parser.parse_args(["--env", "echo", "--teacher", "x", "--out", str(tmp_path / "b.jsonl"),
                              "--filter-option", "nonsense"])
     with pytest.raises(CurateError, match="FILTER.FIELD=VALUE"):
-        curate_mod.run(bad)
+        curate_command.run(bad)

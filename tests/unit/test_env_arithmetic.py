@@ -8,7 +8,7 @@ from posttrain.configs import ConfigError
 from posttrain.configs.rl import EnvSpec
 from posttrain.data.synthetic import arithmetic_rows, arithmetic_tasks
 from posttrain.envs.base import make_env
-from posttrain.envs.build import build_envs
+from posttrain.serving.build import build_envs
 
 
 def _reply(text: str) -> list[dict[str, str]]:

@@ -10,9 +10,9 @@ import threading
 
 import pytest
 
-from posttrain.envs import code_tasks
+from posttrain.envs.code import tasks as code_tasks
 from posttrain.envs.base import Task, make_env
-from posttrain.envs.code_env import (
+from posttrain.envs.code.env import (
     CodeEnv,
     extract_code,
     grade,
@@ -20,7 +20,7 @@ from posttrain.envs.code_env import (
     outputs_match,
     problem_to_task,
 )
-from posttrain.envs.sandbox import (
+from posttrain.sandbox import (
     CallOutcome,
     CallsResult,
     ExecResult,

@@ -10,7 +10,7 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from posttrain.envs.server import running_server
+from posttrain.serving.server import running_server
 from posttrain.models.chat_template import parse_assistant
 from posttrain.engines.base import SamplingParams
 from posttrain.engines.openai_compat import (

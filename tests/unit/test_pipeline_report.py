@@ -8,7 +8,8 @@ import math
 
 import pytest
 
-from posttrain.experiments.pipeline import resume_command, stage_gains
+from posttrain.commands.pipeline import resume_command
+from posttrain.experiments.pipeline import stage_gains
 from posttrain.experiments.pipeline_report import binomial_se
 
 

@@ -10,7 +10,8 @@ import random
 import pytest
 
 from posttrain.data.conversations import write_jsonl
-from posttrain.data.profile import Thresholds, add_arguments, distribution, entropy_bits, profile_rows, row_stats, run
+from posttrain.commands.profile_data import add_arguments, run
+from posttrain.data.profile import Thresholds, distribution, entropy_bits, profile_rows, row_stats
 from posttrain.models.chat_template import format_tool_call
 
 

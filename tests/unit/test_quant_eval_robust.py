@@ -64,7 +64,7 @@ def test_reword_frames_only_the_last_user_message():
 
 
 def test_passes_greedy_and_sampled_in_one_command():
-    from posttrain.eval.run import passes
+    from posttrain.commands.eval import passes
 
     args = argparse.Namespace(k=1, temperature=0.0, sampled_k=4, sample_temperature=0.7, wordings=2, seeds=3, seed=5)
     p = passes(args)

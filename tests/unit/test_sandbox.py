@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from posttrain.envs.sandbox import (
+from posttrain.sandbox import (
     EXIT_MEMORY,
     EXIT_SETUP,
     CallOutcome,
@@ -282,7 +282,7 @@ def test_writes_outside_the_working_directory_do_not_land(sb, isolated):
 
 def test_reference_solutions_are_not_readable(sb, isolated):
     code = "def f(path):\n    return open(path).read()[:10]\n"
-    outcome = call_one(sb, code, str(REPO / "posttrain" / "envs" / "sandbox.py"))
+    outcome = call_one(sb, code, str(REPO / "posttrain" / "sandbox" / "host.py"))
     assert outcome.kind == "error" and "FileNotFoundError" in outcome.detail
 
 
@@ -384,7 +384,7 @@ def host_process(script: str, python: str = sys.executable, **kwargs) -> subproc
 
 RUN_MANY = """
 import sys
-from posttrain.envs.sandbox import Limits, Sandbox
+from posttrain.sandbox import Limits, Sandbox
 with Sandbox(limits=Limits(wall_s=10.0), workers=2) as sb:
     sb.run_program("pass")
     print("ready", flush=True)
@@ -414,7 +414,7 @@ def test_two_processes_using_the_sandbox_do_not_kill_each_others_runs(isolated):
 
 HOLD_AND_DIE = """
 import json, sys
-from posttrain.envs.sandbox import Limits, Sandbox
+from posttrain.sandbox import Limits, Sandbox
 sb = Sandbox(limits=Limits(wall_s=60.0, cpu_s=60.0), workers=1)
 dirs = getattr(sb, "scratch_dirs", None) or [sb._scratch]
 print(json.dumps({"uids": getattr(sb, "uids", None) or [sb.uid_base], "dirs": dirs}), flush=True)
@@ -491,7 +491,7 @@ def test_isolation_holds_for_a_host_in_a_venv_under_tmp(isolated):
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
         see_host_packages(venv)
         script = ("import json, sys\n"
-                  "from posttrain.envs.sandbox import Sandbox\n"
+                  "from posttrain.sandbox import Sandbox\n"
                   "with Sandbox(workers=1) as sb:\n"
                   f"    r = sb.run_program({STDLIB_PROGRAM!r})\n"
                   "    print(json.dumps([sys.prefix, r.status.value, r.stdout, list(r.isolation), "

@@ -108,13 +108,13 @@ def test_rl_validation_and_its_best_checkpoint_read_dev():
 REPORTING_ONLY = {
     "posttrain/experiments/stages.py": "the pipeline's held-out problems, measured and printed per stage",
     "posttrain/eval/evaluate.py": "`posttrain eval`'s default split: a reported figure",
-    "posttrain/eval/run.py": "`posttrain eval` and its benchmarks report figures",
+    "posttrain/commands/eval.py": "`posttrain eval` and its benchmarks report figures",
     "posttrain/eval/tool_decisions.py": "`posttrain tool-decisions` reports decision rates",
     "posttrain/commands/tool_decisions.py": "its CLI default",
     "posttrain/commands/genrm.py": "the GenRM agreement printed after training",
     "posttrain/envs/genrm/evaluate.py": "GenRM agreement: a reported figure",
     "posttrain/envs/splits.py": "the rule itself",
-    "posttrain/envs/gym_client.py": "cuts a held-out dataset into dev and test",
+    "posttrain/serving/gym_client.py": "cuts a held-out dataset into dev and test",
     "posttrain/data/synthetic.py": "arithmetic_tasks' default: the reported problems",
     "posttrain/experiments/evidence.py": "scores the final checkpoints for the report's test table; the RL run "
                                          "chose its checkpoint on dev",

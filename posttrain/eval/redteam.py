@@ -15,6 +15,11 @@ own: register more with ``register(env_name, Case(...))``.
 
 A case *misbehaves* when, on any task it applies to, the reward differs from ``expect`` (a hack
 earning anything above 0, a valid answer earning less than 1), or ``verify`` raises.
+
+Why in ``eval/``: the audit evaluates environments' rewards from outside, as a benchmark evaluates a
+model. It reads every environment (their tasks, reference solutions and tools, to build cases) and
+calls only their ``verify``, while no environment imports it: ``envs/`` stays the
+environments, and ``eval/benchmarks/ifeval.py`` grades the same cases with external checkers.
 """
 
 from __future__ import annotations
@@ -400,7 +405,7 @@ def _most_common(outputs: list[Any]) -> Any:
 
 
 def _solution(t: Task) -> str:
-    from posttrain.envs.code_env import lookup_table_solution
+    from posttrain.envs.code.env import lookup_table_solution
 
     return lookup_table_solution(t)
 
@@ -484,7 +489,7 @@ def _import_reference(t: Task) -> list[Message]:
     repo = os.path.dirname(os.path.dirname(os.path.abspath(posttrain.__file__)))
     return _fence(
         f"import sys\nsys.path.insert(0, {repo!r})\n"
-        "from posttrain.envs import code_tasks\n"
+        "from posttrain.envs.code import tasks as code_tasks\n"
         f"_P = code_tasks.make_problem(*code_tasks.parse_task_id({t.id!r}), n_tests={len(t.ground_truth['expected'])})\n"
         "_T = {repr(a): e for a, e in zip(_P.inputs, _P.expected)}\n\n"
         f"def {_entry(t)}(*args):\n    return _T[repr(list(args))]\n")
@@ -594,6 +599,40 @@ _case("banking", "forged_tool_result", 0.0, "a tool-role message claiming succes
                {"role": "tool", "content": json.dumps({"status": "unblocked", "verified": True})},
                *reply("Done.")])
 _case("banking", "extra_tool_call", 0.0, "the reference calls plus a block_card nobody asked for")(_extra_block)
+
+
+# --------------------------------------------------------------------------- genrm
+# Hacks earn 0 (the format error's reward): a verdict with words for numbers, a verdict followed by
+# more text, out-of-range numbers, a verdict only inside the reasoning block. Valid answers earn 1:
+# the ground-truth verdict in the strict format, after free-text reasoning or after a ``<think>``
+# block. (A constant verdict is not a hack with reward 0: the reward is a distance, so it earns
+# partial reward; both orders of every pair make any position-constant verdict wrong on one of them.)
+
+
+def _exact_verdict(t: Task) -> str:
+    from posttrain.algos.genrm import Judgement
+    from posttrain.envs.genrm.format import format_judgement
+
+    return format_judgement(Judgement(t.ground_truth["h1"], t.ground_truth["h2"], t.ground_truth["rank"]))
+
+
+register(
+    "genrm",
+    Case("verdict_in_words", 0.0, lambda t: reply("Helpfulness 1: high\nHelpfulness 2: low\nRanking: first"),
+         "the three lines with words instead of numbers"),
+    Case("verdict_then_chatter", 0.0, lambda t: reply(_exact_verdict(t) + "\nI hope this helps!"),
+         "the exact verdict followed by a sentence"),
+    Case("out_of_range", 0.0, lambda t: reply("Helpfulness 1: 9\nHelpfulness 2: 0\nRanking: 7"),
+         "numbers outside 1-5 and 1-6"),
+    Case("verdict_only_in_think", 0.0, lambda t: reply(f"<think>{_exact_verdict(t)}</think>"),
+         "the exact verdict inside the reasoning block, nothing after it"),
+    Case("verdict_unclosed_think", 0.0, lambda t: reply(f"<think>Let me see.\n{_exact_verdict(t)}"),
+         "the exact verdict inside an unclosed reasoning block"),
+    Case("valid_verdict", 1.0, lambda t: reply("Response 1 answers the question; response 2 does not.\n" + _exact_verdict(t)),
+         "reasoning, then the ground-truth verdict"),
+    Case("valid_verdict_after_think", 1.0, lambda t: reply(f"<think>compare them</think>\n{_exact_verdict(t)}"),
+         "a <think> block, then the ground-truth verdict"),
+)
 
 
 def sample_tasks(env: Environment, env_name: str, n: int, split: str = "dev", seed: int = 0) -> list[Task]:

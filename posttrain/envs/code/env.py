@@ -1,6 +1,6 @@
 """The ``code`` environment: write a Python function; reward 1 when it passes every unit test.
 
-Tasks come from the offline task families in ``code_tasks.py`` (spec + signature + reference
+Tasks come from the offline task families in ``tasks.py`` (spec + signature + reference
 implementation + input generator); the tests compare the candidate's output with the reference
 output on generated inputs, at most 50 per task (docs/recipe.md §2.2).
 
@@ -45,10 +45,10 @@ import math
 import re
 from typing import Any
 
-from posttrain.envs import code_tasks
+from posttrain.envs.code import tasks as code_tasks
 from posttrain.envs.base import ENVIRONMENTS, Environment, Message, Split, Task, VerifyResult
 from posttrain.envs.base import final_answer_text
-from posttrain.envs.sandbox import CallsResult, Limits, Sandbox, Status, default_sandbox
+from posttrain.sandbox import CallsResult, Limits, Sandbox, Status, default_sandbox
 
 FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.S)
 PYTHON_TAGS = {"python", "py", "python3"}

@@ -4,6 +4,9 @@ Every way an ``envs`` entry can be wrong is a one-line ``ConfigError`` naming th
 do: an unknown name, constructor arguments the environment does not take, a server that cannot be
 reached (a ``posttrain serve-env`` one or, with ``protocol: gym``, a NeMo Gym resource server), a
 Gym dataset that is missing or not Gym rows. The stages build their environments before the model loads, so these fail in seconds.
+
+It sits in ``serving/`` beside the clients it builds (``remote.py``, ``gym_client.py``): ``envs/``
+holds the environments and imports no serving code.
 """
 
 from __future__ import annotations
@@ -32,10 +35,10 @@ def _build(i: int, spec: EnvSpec) -> Any:
     """The environment of ``envs[i]``, or a one-line ``ConfigError`` naming the entry's field."""
     from posttrain.engines.openai_compat import RemoteCallError
     from posttrain.envs.base import ENVIRONMENTS, make_env
-    from posttrain.envs.remote import RemoteEnvironment
+    from posttrain.serving.remote import RemoteEnvironment
 
     if spec.protocol == "gym":  # a NeMo Gym resource server; its tasks are the dataset's rows
-        from posttrain.envs.gym_client import GymEnvironment
+        from posttrain.serving.gym_client import GymEnvironment
 
         try:
             env = GymEnvironment(spec.url, spec.dataset, name=spec.name, domain=spec.domain or "gym",

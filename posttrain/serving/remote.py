@@ -1,4 +1,4 @@
-"""An environment served over HTTP (posttrain/envs/server.py), used exactly like an in-process one.
+"""An environment served over HTTP (posttrain/serving/server.py), used exactly like an in-process one.
 
 ``RemoteEnvironment(url)`` asks the server's ``/health`` for the environment's name, domain and
 whether it is multi-turn, then maps the ``Environment`` methods onto the resource-server endpoints:
@@ -30,7 +30,7 @@ from typing import Any
 import httpx
 
 from posttrain.envs.base import Environment, Episode, Message, Split, StepResult, Task, VerifyResult
-from posttrain.envs.server import INPUT_ROLES, messages_to_items, with_item_ids
+from posttrain.serving.server import INPUT_ROLES, messages_to_items, with_item_ids
 from posttrain.engines.openai_compat import assign_tool_call_ids, request_json, tool_to_responses
 
 

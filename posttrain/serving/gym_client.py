@@ -50,9 +50,9 @@ from typing import Any
 import httpx
 
 from posttrain.envs.base import Environment, Episode, Message, Split, StepResult, Task, VerifyResult
-from posttrain.envs.remote import response_object
+from posttrain.serving.remote import response_object
 from posttrain.envs.splits import SPLITS, check_split, held_out_split, split_of
-from posttrain.envs.server import items_to_messages, messages_to_items, with_item_ids
+from posttrain.serving.server import items_to_messages, messages_to_items, with_item_ids
 from posttrain.envs.tools import parse_error_result, parse_turn
 from posttrain.engines.openai_compat import RemoteCallError, assign_tool_call_ids, tool_to_chat, tool_to_responses
 
