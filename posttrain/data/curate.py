@@ -60,10 +60,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-
-from posttrain.data.dedup import DedupConfig
-from posttrain.data.filters import FiltersConfig
+from posttrain.configs.curation import CurateConfig
 from posttrain.errors import UserError
 
 if TYPE_CHECKING:
@@ -137,33 +134,7 @@ def read_prompts(path: str | Path) -> list["Task"]:
     return tasks
 
 
-# --------------------------------------------------------------------------- config
-
-
-class CurateConfig(BaseModel):
-    """Settings of one curation run (what the CLI flags fill in)."""
-
-    model_config = ConfigDict(extra="forbid")
-    out: Path = Field(description="output SFT JSONL; the summary goes to <stem>.summary.json beside it")
-    k: int = Field(4, ge=1, description="at most this many rows per prompt")
-    min_reward: float = Field(1.0, ge=0, le=1, description="a candidate is accepted when its verifier reward is at least this")
-    resume: bool = Field(False, description="continue an interrupted run: skip prompts already in the output")
-    refresh: bool = Field(False, description="merge a new teacher pool's candidates into an existing output")
-    prefer_new: bool = Field(True, description="refresh: among equally rewarded rows, prefer the newer round")
-    reasoning_off_frac: float = Field(0.0, ge=0, le=1, description="share of kept rows with reasoning stripped (recipe: 0.10)")
-    budget_frac: float = Field(0.0, ge=0, le=1, description="share of kept rows with reasoning truncated (recipe: 0.03)")
-    seed: int = Field(0, description="seed of the per-prompt transform draws")
-    batch_prompts: int = Field(8, ge=1, description="prompts per generate_fn call")
-    filters: FiltersConfig = Field(default_factory=FiltersConfig)
-    dedup: DedupConfig = Field(default_factory=DedupConfig)
-
-    @model_validator(mode="after")
-    def _consistent(self) -> "CurateConfig":
-        if self.resume and self.refresh:
-            raise ValueError("resume and refresh are exclusive (a refresh resumes its own partial output)")
-        if self.reasoning_off_frac + self.budget_frac > 1:
-            raise ValueError("reasoning_off_frac + budget_frac must be at most 1")
-        return self
+# --------------------------------------------------------------------------- output paths
 
 
 def summary_path(out: Path) -> Path:

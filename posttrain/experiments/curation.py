@@ -175,7 +175,8 @@ def curation_stage(
     ``FiltersConfig`` (default: curate's stack).
     """
     from posttrain.data.conversations import write_jsonl
-    from posttrain.data.curate import CurateConfig, TeacherPool, curate, summary_path
+    from posttrain.configs.curation import CurateConfig
+    from posttrain.data.curate import TeacherPool, curate, summary_path
     from posttrain.data.synthetic import arithmetic_tasks
     from posttrain.envs.base import make_env
     from posttrain.engines.base import SamplingParams

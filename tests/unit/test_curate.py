@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from posttrain.commands import curate as curate_command
+from posttrain.configs.curation import CurateConfig
 from posttrain.data.conversations import read_conversations
 from posttrain.data.curate import (
     Candidate,
-    CurateConfig,
     CurateError,
     TeacherPool,
     as_task,
@@ -464,3 +464,8 @@ def test_cli_runs_the_pipeline_with_env_tasks_and_filter_options(tmp_path, monke
                              "--filter-option", "nonsense"])
     with pytest.raises(CurateError, match="FILTER.FIELD=VALUE"):
         curate_command.run(bad)
+    unknown = parser.parse_args(["--env", "echo", "--teacher", "x", "--out", str(tmp_path / "u.jsonl"),
+                                 "--filter-option", "lenght.max_words=5"])
+    monkeypatch.setattr(curate_command, "make_teacher", lambda spec: pytest.fail("a teacher was loaded"))
+    with pytest.raises(CurateError, match="unknown filter 'lenght'"):  # refused before any teacher loads
+        curate_command.run(unknown)
