@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from posttrain.configs.curation import CurateConfig, DedupConfig, FiltersConfig
-from posttrain.data.curate import (DEFAULT_RUBRIC, CurateError, TeacherPool, check_output, curate, judge_verifier,
-                                   make_teacher, read_prompts, routing_verifier)
+from posttrain.data.curate import (DEFAULT_RUBRIC, CurateError, GeneratingTeacherPool, check_output, curate,
+                                   judge_verifier, make_teacher, read_prompts, routing_verifier)
 from posttrain.envs.splits import SPLITS
 
 
@@ -114,6 +114,6 @@ def run(args: argparse.Namespace) -> int:
     teachers = [make_teacher(s) for s in args.teacher]
     if len({n for n, _ in teachers}) != len(teachers):
         raise CurateError("two teachers share a name; name them NAME=SPEC")
-    pool = TeacherPool(teachers, args.n, params, env)
+    pool = GeneratingTeacherPool(teachers, args.n, params, env)
     curate(tasks, pool, verify_fn, cfg)
     return 0

@@ -7,8 +7,9 @@
 For every prompt (a ``Task``: an environment task, or a row ``{"id", "messages", ...}``):
 
 1. ``generate_fn`` returns N candidates, each recording its teacher and sampling parameters. With
-   the CLI it is a ``TeacherPool``: N is split across the named ``Generator``s round-robin, and
-   tool environments are rolled out turn by turn through ``Environment.start_episode``.
+   the CLI it is a ``GeneratingTeacherPool``: N is split across the named ``Generator``s
+   round-robin, and tool environments are rolled out turn by turn through
+   ``Environment.start_episode``.
 2. The filter stack (``filters.py``: truncation, malformed tool calls, repetition, keywords, length)
    runs first, then the domain verifier (``Environment.verify`` or the LLM judge), which keeps a
    candidate when ``reward >= min_reward``. The recipe lists the verifier first; the two commute
@@ -31,8 +32,8 @@ Modes:
 * ``resume``: prompts already in the output (or in ``<out>.done``) are skipped and the rows already
   written seed the global near-duplicate index; a trailing half-written line or an incomplete prompt
   block (fewer rows than its ``provenance.prompt_rows``) is removed first and that prompt redone.
-  Samples are seeded per task (``TeacherPool``), so the result equals an uninterrupted run; a file
-  curate did not write is refused untouched;
+  Samples are seeded per task (``GeneratingTeacherPool``), so the result equals an uninterrupted
+  run; a file curate did not write is refused untouched;
 * ``refresh``: the same pipeline with a new teacher pool, merged into the existing output. A prompt's
   old rows compete with its new candidates under the same filters, dedup and K (new rows win ties,
   ``prefer_new``); old rows of prompts not in this run are carried through the global dedup as they
@@ -560,7 +561,8 @@ def curate(
     log(f"curate: {len(tasks)} prompts, {len(tasks) - len(todo)} already done, writing {target}")
     # Batches are cut from the whole prompt list, then the done prompts are left out, so a resumed
     # batch is what remained of the interrupted one rather than a new mix (samples are seeded per
-    # task, see TeacherPool; equal batches also keep the engine's padded shapes, hence its floats)
+    # task, see GeneratingTeacherPool; equal batches also keep the engine's padded shapes, hence its
+    # floats)
     b = cfg.batch_prompts
     chunks = [c for c in ([t for t in tasks[i:i + b] if t.id not in done] for i in range(0, len(tasks), b)) if c]
     fault_after = int(os.environ.get(FAULT_ENV, "-1"))
@@ -655,7 +657,7 @@ def format_summary(s: dict[str, Any]) -> str:
 # --------------------------------------------------------------------------- teachers
 
 
-class TeacherPool:
+class GeneratingTeacherPool:
     """``generate_fn`` over named ``Generator``s: N candidates per prompt, split round-robin.
 
     Single-turn tasks: one ``generate`` call per teacher for the whole chunk (n samples a prompt).
