@@ -49,7 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _filters_config(args: argparse.Namespace) -> FiltersConfig:
-    from posttrain.data.filters import DEFAULT_PATTERNS, check_names
+    from posttrain.data.sft_filters import DEFAULT_PATTERNS, check_names
 
     options: dict[str, dict[str, Any]] = defaultdict(dict)
     for item in args.filter_option:

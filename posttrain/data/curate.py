@@ -10,11 +10,11 @@ For every prompt (a ``Task``: an environment task, or a row ``{"id", "messages",
    the CLI it is a ``GeneratingTeacherPool``: N is split across the named ``Generator``s
    round-robin, and tool environments are rolled out turn by turn through
    ``Environment.start_episode``.
-2. The filter stack (``filters.py``: truncation, malformed tool calls, repetition, keywords, length)
-   runs first, then the domain verifier (``Environment.verify`` or the LLM judge), which keeps a
-   candidate when ``reward >= min_reward``. The recipe lists the verifier first; the two commute
-   (a row must pass both) and the cheap filters go first so no judge call or test run is spent on a
-   malformed or looping candidate. Drops are counted by the first check that failed.
+2. The filter stack (``sft_filters.py``: truncation, malformed tool calls, repetition, keywords,
+   length) runs first, then the domain verifier (``Environment.verify`` or the LLM judge), which
+   keeps a candidate when ``reward >= min_reward``. The recipe lists the verifier first; the two
+   commute (a row must pass both) and the cheap filters go first so no judge call or test run is
+   spent on a malformed or looping candidate. Drops are counted by the first check that failed.
 3. ``Deduper.select`` keeps at most K per prompt: near-duplicates removed (within the prompt and
    against every row already written), the rest chosen for diversity (``dedup.py``).
 4. Optional reasoning transforms (``transforms.py``: reasoning off, budget truncation), seeded per
@@ -389,7 +389,7 @@ class _Pipeline:
 
     def __init__(self, verify_fn: VerifyFn, cfg: CurateConfig, round_: int) -> None:
         from posttrain.data.dedup import Deduper
-        from posttrain.data.filters import FilterStack
+        from posttrain.data.sft_filters import FilterStack
 
         self.verify_fn = verify_fn
         self.cfg = cfg

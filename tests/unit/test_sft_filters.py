@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from posttrain.configs.curation import FiltersConfig
-from posttrain.data.filters import (
+from posttrain.data.sft_filters import (
     FILTERS,
     FilterStack,
     KeywordFilter,
@@ -245,7 +245,7 @@ def test_stack_config_options_and_unknown_names():
 def test_xml_calls_are_read_against_the_rows_tools_and_curate_keeps_exact_strings():
     # issue 12, item 9: a string argument that looks like JSON stays the text the model wrote
     from posttrain.data.curate import _normalize_assistant
-    from posttrain.data.filters import tool_calls_of
+    from posttrain.data.sft_filters import tool_calls_of
 
     msg = {"role": "assistant", "content": format_tool_call("get_weather", {"city": "2022"})}
     assert tool_calls_of(msg, [WEATHER]) == [("get_weather", {"city": "2022"})]
