@@ -9,7 +9,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from posttrain.configs.curation import CurateConfig, DedupConfig, FiltersConfig
+from posttrain.configs.curate import CurateConfig, DedupConfig, FiltersConfig
 from posttrain.data.curate import (DEFAULT_RUBRIC, CurateError, GeneratingTeacherPool, check_output, curate,
                                    judge_verifier, make_teacher, read_prompts, routing_verifier)
 from posttrain.envs.splits import SPLITS

@@ -61,7 +61,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
-from posttrain.configs.curation import CurateConfig
+from posttrain.configs.curate import CurateConfig
 from posttrain.errors import UserError
 
 if TYPE_CHECKING:

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Hashable, Sequence
 
 import numpy as np
 
-from posttrain.configs.curation import DedupConfig
+from posttrain.configs.curate import DedupConfig
 
 if TYPE_CHECKING:
     from datasketch import MinHash

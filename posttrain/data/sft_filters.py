@@ -43,7 +43,7 @@ from typing import Any, Callable, ClassVar, Iterable, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-from posttrain.configs.curation import FiltersConfig
+from posttrain.configs.curate import FiltersConfig
 from posttrain.models.chat_template import ToolCallParseError, _arguments_of, parse_assistant, split_reasoning
 from posttrain.registry import Registry
 

@@ -175,7 +175,7 @@ def curation_stage(
     ``FiltersConfig`` (default: curate's stack).
     """
     from posttrain.data.conversations import write_jsonl
-    from posttrain.configs.curation import CurateConfig
+    from posttrain.configs.curate import CurateConfig
     from posttrain.data.curate import GeneratingTeacherPool, curate, summary_path
     from posttrain.data.synthetic import arithmetic_tasks
     from posttrain.envs.base import make_env

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from posttrain.commands import curate as curate_command
-from posttrain.configs.curation import CurateConfig
+from posttrain.configs.curate import CurateConfig
 from posttrain.data.conversations import read_conversations
 from posttrain.data.curate import (
     Candidate,

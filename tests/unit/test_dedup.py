@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from datasketch import MinHash, MinHashLSH
 
-from posttrain.configs.curation import DedupConfig
+from posttrain.configs.curate import DedupConfig
 from posttrain.data.dedup import (
     NEAR_DUPLICATE,
     NEAR_DUPLICATE_GLOBAL,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from posttrain.configs.curation import FiltersConfig
+from posttrain.configs.curate import FiltersConfig
 from posttrain.data.sft_filters import (
     FILTERS,
     FilterStack,

@@ -1,4 +1,4 @@
-"""Curation's configs (``posttrain curate``, ``data/curate.py``; docs/curation.md): one run's
+"""The configs of ``posttrain curate`` (``data/curate.py``; docs/curation.md): one run's
 settings, its filter stack and its near-duplicate removal. Plain pydantic, no data code: which
 filters exist is the filter registry's to say, so ``FilterStack.from_config``
 (``data/sft_filters.py``) checks the names this config gives, and the curate command checks them
