@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from posttrain.data.dedup import Deduper, MinHasher, words_of
-from posttrain.data.filters import FilterStack
+from posttrain.data.sft_filters import FilterStack
 from posttrain.models.chat_template import format_tool_call
 from results_row import append_row, provenance  # bench/results_row.py (sys.path[0] is bench/ when run)
 

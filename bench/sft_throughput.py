@@ -133,7 +133,7 @@ def anchor_step(model, opt, examples, pad_id: int) -> int:
 def posttrain_step(model, opt, examples, pad_id: int, seq: int, precision: str) -> int:
     from posttrain.algos.losses import LossInputs, make_loss
     from posttrain.data.packing import pack_examples
-    from posttrain.train.precision import autocast
+    from posttrain.train.autocast import autocast
     from posttrain.train.supervised import row_logprobs
 
     rows = pack_examples(examples, seq, pad_id)

@@ -9,10 +9,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from posttrain.data.curate import (DEFAULT_RUBRIC, CurateConfig, CurateError, TeacherPool, check_output, curate,
+from posttrain.configs.curate import CurateConfig, DedupConfig, FiltersConfig
+from posttrain.data.curate import (DEFAULT_RUBRIC, CurateError, GeneratingTeacherPool, check_output, curate,
                                    judge_verifier, make_teacher, read_prompts, routing_verifier)
-from posttrain.data.dedup import DedupConfig
-from posttrain.data.filters import FiltersConfig
 from posttrain.envs.splits import SPLITS
 
 
@@ -50,7 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _filters_config(args: argparse.Namespace) -> FiltersConfig:
-    from posttrain.data.filters import DEFAULT_PATTERNS
+    from posttrain.data.sft_filters import DEFAULT_PATTERNS, check_names
 
     options: dict[str, dict[str, Any]] = defaultdict(dict)
     for item in args.filter_option:
@@ -71,7 +70,9 @@ def _filters_config(args: argparse.Namespace) -> FiltersConfig:
             patterns[name] = rx
         options["keywords"]["patterns"] = patterns
     try:
-        return FiltersConfig(options=dict(options))
+        cfg = FiltersConfig(options=dict(options))
+        check_names(cfg)  # before any teacher loads
+        return cfg
     except (ValueError, KeyError) as e:
         raise CurateError(f"filter options: {e}") from None
 
@@ -113,6 +114,6 @@ def run(args: argparse.Namespace) -> int:
     teachers = [make_teacher(s) for s in args.teacher]
     if len({n for n, _ in teachers}) != len(teachers):
         raise CurateError("two teachers share a name; name them NAME=SPEC")
-    pool = TeacherPool(teachers, args.n, params, env)
+    pool = GeneratingTeacherPool(teachers, args.n, params, env)
     curate(tasks, pool, verify_fn, cfg)
     return 0

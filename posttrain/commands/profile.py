@@ -52,7 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _run_from_config(args: argparse.Namespace) -> int:
     from posttrain.configs import load_config
     from posttrain.engines.hf import HFGenerator
-    from posttrain.eval.profile import profile_envs
+    from posttrain.eval.pass_rate_profile import profile_envs
     from posttrain.configs.rl import RLConfig
     from posttrain.serving.build import build_envs
 
@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--n and --k must be >= 1")
     if args.temperature <= 0:
         raise UserError("--temperature must be > 0: a greedy profile has pass rates of only 0 or 1")
-    from posttrain.eval.profile import profile_envs
+    from posttrain.eval.pass_rate_profile import profile_envs
     from posttrain.eval.evaluate import build_env, env_names, make_eval_judge
     from posttrain.engines.hf import HFGenerator
 

@@ -1,5 +1,5 @@
 """``posttrain profile-data``: the behaviour profile of SFT JSONL files (what is measured, and why:
-``data/profile.py``)."""
+``data/behaviour_profile.py``)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from posttrain.data.conversations import read_conversations
-    from posttrain.data.profile import Thresholds, counter_for, format_table, plot, profile_stats, row_stats
+    from posttrain.data.behaviour_profile import Thresholds, counter_for, format_table, plot, profile_stats, row_stats
 
     rows, report = read_conversations(args.data, on_error="skip")
     if report.bad:

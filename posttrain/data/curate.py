@@ -7,13 +7,14 @@
 For every prompt (a ``Task``: an environment task, or a row ``{"id", "messages", ...}``):
 
 1. ``generate_fn`` returns N candidates, each recording its teacher and sampling parameters. With
-   the CLI it is a ``TeacherPool``: N is split across the named ``Generator``s round-robin, and
-   tool environments are rolled out turn by turn through ``Environment.start_episode``.
-2. The filter stack (``filters.py``: truncation, malformed tool calls, repetition, keywords, length)
-   runs first, then the domain verifier (``Environment.verify`` or the LLM judge), which keeps a
-   candidate when ``reward >= min_reward``. The recipe lists the verifier first; the two commute
-   (a row must pass both) and the cheap filters go first so no judge call or test run is spent on a
-   malformed or looping candidate. Drops are counted by the first check that failed.
+   the CLI it is a ``GeneratingTeacherPool``: N is split across the named ``Generator``s
+   round-robin, and tool environments are rolled out turn by turn through
+   ``Environment.start_episode``.
+2. The filter stack (``sft_filters.py``: truncation, malformed tool calls, repetition, keywords,
+   length) runs first, then the domain verifier (``Environment.verify`` or the LLM judge), which
+   keeps a candidate when ``reward >= min_reward``. The recipe lists the verifier first; the two
+   commute (a row must pass both) and the cheap filters go first so no judge call or test run is
+   spent on a malformed or looping candidate. Drops are counted by the first check that failed.
 3. ``Deduper.select`` keeps at most K per prompt: near-duplicates removed (within the prompt and
    against every row already written), the rest chosen for diversity (``dedup.py``).
 4. Optional reasoning transforms (``transforms.py``: reasoning off, budget truncation), seeded per
@@ -31,8 +32,8 @@ Modes:
 * ``resume``: prompts already in the output (or in ``<out>.done``) are skipped and the rows already
   written seed the global near-duplicate index; a trailing half-written line or an incomplete prompt
   block (fewer rows than its ``provenance.prompt_rows``) is removed first and that prompt redone.
-  Samples are seeded per task (``TeacherPool``), so the result equals an uninterrupted run; a file
-  curate did not write is refused untouched;
+  Samples are seeded per task (``GeneratingTeacherPool``), so the result equals an uninterrupted
+  run; a file curate did not write is refused untouched;
 * ``refresh``: the same pipeline with a new teacher pool, merged into the existing output. A prompt's
   old rows compete with its new candidates under the same filters, dedup and K (new rows win ties,
   ``prefer_new``); old rows of prompts not in this run are carried through the global dedup as they
@@ -60,10 +61,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-
-from posttrain.data.dedup import DedupConfig
-from posttrain.data.filters import FiltersConfig
+from posttrain.configs.curate import CurateConfig
 from posttrain.errors import UserError
 
 if TYPE_CHECKING:
@@ -137,33 +135,7 @@ def read_prompts(path: str | Path) -> list["Task"]:
     return tasks
 
 
-# --------------------------------------------------------------------------- config
-
-
-class CurateConfig(BaseModel):
-    """Settings of one curation run (what the CLI flags fill in)."""
-
-    model_config = ConfigDict(extra="forbid")
-    out: Path = Field(description="output SFT JSONL; the summary goes to <stem>.summary.json beside it")
-    k: int = Field(4, ge=1, description="at most this many rows per prompt")
-    min_reward: float = Field(1.0, ge=0, le=1, description="a candidate is accepted when its verifier reward is at least this")
-    resume: bool = Field(False, description="continue an interrupted run: skip prompts already in the output")
-    refresh: bool = Field(False, description="merge a new teacher pool's candidates into an existing output")
-    prefer_new: bool = Field(True, description="refresh: among equally rewarded rows, prefer the newer round")
-    reasoning_off_frac: float = Field(0.0, ge=0, le=1, description="share of kept rows with reasoning stripped (recipe: 0.10)")
-    budget_frac: float = Field(0.0, ge=0, le=1, description="share of kept rows with reasoning truncated (recipe: 0.03)")
-    seed: int = Field(0, description="seed of the per-prompt transform draws")
-    batch_prompts: int = Field(8, ge=1, description="prompts per generate_fn call")
-    filters: FiltersConfig = Field(default_factory=FiltersConfig)
-    dedup: DedupConfig = Field(default_factory=DedupConfig)
-
-    @model_validator(mode="after")
-    def _consistent(self) -> "CurateConfig":
-        if self.resume and self.refresh:
-            raise ValueError("resume and refresh are exclusive (a refresh resumes its own partial output)")
-        if self.reasoning_off_frac + self.budget_frac > 1:
-            raise ValueError("reasoning_off_frac + budget_frac must be at most 1")
-        return self
+# --------------------------------------------------------------------------- output paths
 
 
 def summary_path(out: Path) -> Path:
@@ -417,7 +389,7 @@ class _Pipeline:
 
     def __init__(self, verify_fn: VerifyFn, cfg: CurateConfig, round_: int) -> None:
         from posttrain.data.dedup import Deduper
-        from posttrain.data.filters import FilterStack
+        from posttrain.data.sft_filters import FilterStack
 
         self.verify_fn = verify_fn
         self.cfg = cfg
@@ -589,7 +561,8 @@ def curate(
     log(f"curate: {len(tasks)} prompts, {len(tasks) - len(todo)} already done, writing {target}")
     # Batches are cut from the whole prompt list, then the done prompts are left out, so a resumed
     # batch is what remained of the interrupted one rather than a new mix (samples are seeded per
-    # task, see TeacherPool; equal batches also keep the engine's padded shapes, hence its floats)
+    # task, see GeneratingTeacherPool; equal batches also keep the engine's padded shapes, hence its
+    # floats)
     b = cfg.batch_prompts
     chunks = [c for c in ([t for t in tasks[i:i + b] if t.id not in done] for i in range(0, len(tasks), b)) if c]
     fault_after = int(os.environ.get(FAULT_ENV, "-1"))
@@ -684,7 +657,7 @@ def format_summary(s: dict[str, Any]) -> str:
 # --------------------------------------------------------------------------- teachers
 
 
-class TeacherPool:
+class GeneratingTeacherPool:
     """``generate_fn`` over named ``Generator``s: N candidates per prompt, split round-robin.
 
     Single-turn tasks: one ``generate`` call per teacher for the whole chunk (n samples a prompt).

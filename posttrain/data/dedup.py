@@ -44,13 +44,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Hashable, Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+
+from posttrain.configs.curate import DedupConfig
 
 if TYPE_CHECKING:
     from datasketch import MinHash
 
 # datasketch is imported where it is used: importing it costs ~1.4 s (it pulls in its async/redis
-# layers), and `posttrain curate --help` imports this module for DedupConfig.
+# layers).
 
 NEAR_DUPLICATE = "near_duplicate"
 NEAR_DUPLICATE_GLOBAL = "near_duplicate_global"
@@ -62,18 +63,6 @@ _MUL = np.uint64(_P)
 _MASK64 = (1 << 64) - 1
 _EMPTY_SHINGLE = np.array([0x9E3779B9], dtype=np.uint32)  # every text hashes at least one shingle
 _FMIX32 = (np.uint32(16), np.uint32(0x85EBCA6B), np.uint32(13), np.uint32(0xC2B2AE35), np.uint32(16))
-
-
-class DedupConfig(BaseModel):
-    """MinHash / LSH settings for near-duplicate removal."""
-
-    model_config = ConfigDict(extra="forbid")
-    shingle_size: int = Field(3, ge=1, description="words per shingle")
-    num_perm: int = Field(128, ge=16, le=1024, description="MinHash permutations (more = finer estimates, slower)")
-    seed: int = Field(1, description="MinHash permutation seed (datasketch's default)")
-    threshold: float = Field(0.8, gt=0, le=1, description="estimated Jaccard at or above which two answers to one prompt are near-duplicates")
-    global_threshold: float = Field(0.8, gt=0, le=1, description="same, for prompt+answer across the dataset")
-    global_dedup: bool = Field(True, description="also remove near-duplicates across prompts")
 
 
 def _normalizing_table() -> bytes:

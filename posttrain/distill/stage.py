@@ -45,15 +45,15 @@ scored tokens — the sampled estimate of the reverse KL to the domain's teacher
 from __future__ import annotations
 
 from posttrain.configs.distill import DistillConfig
-from posttrain.scorers.teachers import TeacherPool
+from posttrain.scorers.teachers import ScoringTeacherPool
 from posttrain.train.rl import RLResult
 
 
-def make_pool(cfg: DistillConfig) -> TeacherPool:
+def make_pool(cfg: DistillConfig) -> ScoringTeacherPool:
     """The teacher scorer, with every teacher's tokenizer checked (no weights loaded yet)."""
     from posttrain.models.loading import load_tokenizer
 
-    pool = TeacherPool(cfg.teachers, load_tokenizer(cfg.model), cfg.train.micro_batch_tokens)
+    pool = ScoringTeacherPool(cfg.teachers, load_tokenizer(cfg.model), cfg.train.micro_batch_tokens)
     pool.check_tokenizers()
     return pool
 

@@ -57,18 +57,20 @@ class Question:
 
 
 @dataclass(frozen=True)
-class Generator:
+class QuestionGenerator:
+    """A family of generated questions: its topic, difficulty and the function that draws one."""
+
     topic: str
     difficulty: int  # 1: one formula; 2: a conversion or an extra step on top
     make: Callable[[random.Random], Question]
 
 
-GENERATORS: dict[str, Generator] = {}
+GENERATORS: dict[str, QuestionGenerator] = {}
 
 
 def generator(name: str, topic: str, difficulty: int) -> Callable[[Callable[[random.Random], Question]], Callable[[random.Random], Question]]:
     def deco(fn: Callable[[random.Random], Question]) -> Callable[[random.Random], Question]:
-        GENERATORS[name] = Generator(topic, difficulty, fn)
+        GENERATORS[name] = QuestionGenerator(topic, difficulty, fn)
         return fn
 
     return deco

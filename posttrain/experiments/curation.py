@@ -19,7 +19,7 @@ simply training on the model's own text:
    worked solutions).
 
 Nothing here generates, verifies, filters or trains by itself: it wires ``HFGenerator``,
-``TeacherPool``, ``curate`` and the pipeline's SFT and measurement stages together.
+``GeneratingTeacherPool``, ``curate`` and the pipeline's SFT and measurement stages together.
 
 Resuming: ``curate`` resumes ``curated.jsonl`` (done prompts are skipped and not sampled again), the
 candidate log keeps the last generation of each prompt (a prompt redone after a kill is logged twice
@@ -175,7 +175,8 @@ def curation_stage(
     ``FiltersConfig`` (default: curate's stack).
     """
     from posttrain.data.conversations import write_jsonl
-    from posttrain.data.curate import CurateConfig, TeacherPool, curate, summary_path
+    from posttrain.configs.curate import CurateConfig
+    from posttrain.data.curate import GeneratingTeacherPool, curate, summary_path
     from posttrain.data.synthetic import arithmetic_tasks
     from posttrain.envs.base import make_env
     from posttrain.engines.base import SamplingParams
@@ -195,7 +196,7 @@ def curation_stage(
 
     def generate(chunk: list[Any]) -> list[list[Candidate]]:
         if not generator:
-            generator.append(TeacherPool([(model_spec, HFGenerator.from_spec(
+            generator.append(GeneratingTeacherPool([(model_spec, HFGenerator.from_spec(
                 model_spec, batch_size=batch_size, num_threads=num_threads))], n_candidates, params))
         return generator[0](chunk)
 

@@ -147,9 +147,10 @@ def validation_at(out_dir: Path, step: int) -> dict[str, float]:
     return out
 
 
-def run_rl(cfg: PipelineConfig, out_dir: Path, model: str, steps: int, envs: list[dict[str, Any]],
-           teachers: dict[str, Any] | None = None, rlvr_stage: bool = False) -> dict[str, Any]:
-    """One GRPO run, or with ``teachers`` one MOPD run; an interrupted run resumes from its checkpoint."""
+def run_rl_stage(cfg: PipelineConfig, out_dir: Path, model: str, steps: int, envs: list[dict[str, Any]],
+                 teachers: dict[str, Any] | None = None, rlvr_stage: bool = False) -> dict[str, Any]:
+    """A pipeline stage of RL: one GRPO run (``train_rl``, in process), or with ``teachers`` one MOPD
+    run; an interrupted run resumes from its checkpoint."""
     from posttrain.configs import load_config
 
     over = rl_overrides(cfg, out_dir, model, steps, envs, rlvr_stage)
@@ -178,12 +179,12 @@ def run_distill(cfg: PipelineConfig, run_dir: Path, sft: dict[str, Any]) -> dict
     the SFT checkpoint; each run is its own cached stage. Returns the runs and their held-out table."""
     runs = {}
     for domain in ("math", "instruction"):
-        runs[domain] = cached_stage(run_dir, f"specialist_{domain}", lambda d=domain: run_rl(
+        runs[domain] = cached_stage(run_dir, f"specialist_{domain}", lambda d=domain: run_rl_stage(
             cfg, run_dir / f"specialist_{d}", sft["checkpoint"], cfg.specialist_steps, mix_envs(cfg, {d: 1.0})))
     # mcq has no specialist: ratio 0 (validated only); its rollouts would go to the default teacher
     teachers = {"models": [{"name": f"{d}_rl", "model": runs[d]["checkpoint"], "domains": [d]} for d in runs],
                 "default": "math_rl"}
-    runs["student"] = cached_stage(run_dir, "mopd", lambda: run_rl(
+    runs["student"] = cached_stage(run_dir, "mopd", lambda: run_rl_stage(
         cfg, run_dir / "mopd", sft["checkpoint"], cfg.distill_steps, mix_envs(cfg, {"math": 1.0, "instruction": 1.0}),
         teachers))
     return runs
@@ -494,8 +495,8 @@ def run_pipeline(cfg: PipelineConfig, run_dir: Path, command: str) -> int:
     after = cached_stage(run_dir, "after", lambda: measure(cfg, sft["checkpoint"], data, sampled=cfg.rlvr))
     rl = after_rl = arm = ctrl = after_ctrl = tested = None
     if cfg.rlvr:
-        rl = cached_stage(run_dir, "rlvr", lambda: run_rl(cfg, run_dir / "rl", sft["checkpoint"], cfg.rl_steps,
-                                                     rlvr_envs(cfg), rlvr_stage=True))
+        rl = cached_stage(run_dir, "rlvr", lambda: run_rl_stage(cfg, run_dir / "rl", sft["checkpoint"], cfg.rl_steps,
+                                                           rlvr_envs(cfg), rlvr_stage=True))
         after_rl = (cached_stage(run_dir, "after_rl", lambda: measure(cfg, rl["checkpoint"], data, sampled=True))
                     if cfg.rl_headline else None)
         models = {"base": cfg.model} if cfg.test_base else {}

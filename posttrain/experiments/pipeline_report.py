@@ -136,7 +136,7 @@ def write(run_dir: Path, cfg: PipelineConfig, command: str, sections: dict[str, 
                   + "; the test table below compares it with more SFT for the same compute.", ""]
         L += [f"Its own held-out validation (greedy, {rl['val_tasks']} tasks per environment), step 0 → "
               f"{rl['steps']}:", "", "| environment | step 0 | last step | gain ± paired se |", "|---|---|---|---|"]
-        paired = rl.get("val_gains", {})  # computed once by the RLVR stage (pipeline.run_rl)
+        paired = rl.get("val_gains", {})  # computed once by the RLVR stage (pipeline.run_rl_stage)
         for dom, start in rl["val_start"].items():
             g = paired.get("all" if dom == "mean" else dom)  # the mean's gain: every task pooled
             L.append(f"| {dom} | {start:.3f} | {rl['val_end'].get(dom, float('nan')):.3f} | "

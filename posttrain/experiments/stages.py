@@ -90,7 +90,7 @@ def measure(cfg: PipelineConfig, model_spec: str, data: dict[str, Any], sampled:
     from posttrain.models.loading import load_model
     from posttrain.engines.base import SamplingParams
     from posttrain.engines.hf import HFGenerator
-    from posttrain.train.precision import autocast
+    from posttrain.train.autocast import autocast
     from posttrain.models.facts import is_hybrid
     from posttrain.data.examples import tokenize_rows
     from posttrain.train.sft import heldout_loss

@@ -10,7 +10,7 @@ A model *spec* is a string:
 * any local directory with a Hugging Face model (a posttrain checkpoint is one).
 
 Device and dtype are picked automatically: CUDA with bf16 when present, else CPU with fp32 weights
-(CPU training uses bf16 *autocast* where the CPU supports it, see ``train/precision.py``).
+(CPU training uses bf16 *autocast* where the CPU supports it, see ``train/autocast.py``).
 """
 
 from __future__ import annotations

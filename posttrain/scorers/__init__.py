@@ -6,8 +6,8 @@ Two phases, so the RL loop runs any list of them without knowing what they compu
   :class:`~posttrain.scorers.verifier.VerifierReward` (the environment's verifier); a generative
   reward model is the next one.
 * ``signal`` scorers run on the filtered :class:`~posttrain.algos.advantages.ScoredBatch` and add
-  per-token tensors to it: :class:`~posttrain.scorers.teachers.TeacherPool` (teacher log-probs for
-  distillation, and optionally their top-k for the ``topk_kl`` loss term).
+  per-token tensors to it: :class:`~posttrain.scorers.teachers.ScoringTeacherPool` (teacher
+  log-probs for distillation, and optionally their top-k for the ``topk_kl`` loss term).
 
 Each returns a dict of metrics for the step's log line.
 """

@@ -5,7 +5,7 @@ weights are (``model``: a model spec / HF directory / checkpoint of an earlier r
 OpenAI-compatible server such as vLLM), and the domains it owns (RL environment names). Every
 rollout goes to the teacher owning its ``Rollout.env``, or to the default teacher.
 
-:class:`TeacherPool` is a *signal* scorer (``scorers/base.py``): the RL loop calls it on the
+:class:`ScoringTeacherPool` is a *signal* scorer (``scorers/base.py``): the RL loop calls it on the
 filtered batch, like any other scorer, and it fills ``batch.teacher_logprobs_BT``:
 
 * **Routing** is a dict lookup, env → teacher name; the config is checked up front so a domain
@@ -22,7 +22,7 @@ filtered batch, like any other scorer, and it fills ``batch.teacher_logprobs_BT`
   sequences it never saw in training. The teacher's embedding must also cover every id the
   student's tokenizer has: ``vocab_size`` in the teacher's ``config.json`` (and the loaded model's
   embedding) must be at least the student tokenizer's length. Checked for every teacher before
-  training starts (:meth:`TeacherPool.check_tokenizers`: tokenizers and config only, cheap). A url teacher can only be probed: its ``/tokenize`` endpoint (vLLM serves one at the
+  training starts (:meth:`ScoringTeacherPool.check_tokenizers`: tokenizers and config only, cheap). A url teacher can only be probed: its ``/tokenize`` endpoint (vLLM serves one at the
   server root) must give the student's ids for a probe text; a server without it gets a printed
   warning, and every scoring answer that echoes token ids is compared with what was sent.
 * **Scoring** = ``models/logprobs.sampled_logprobs`` (the trainer's own routine) under no grad at
@@ -337,7 +337,7 @@ def config_vocab_size(model_dir: Any) -> int | None:
 # --------------------------------------------------------------------------- the pool
 
 
-class TeacherPool:
+class ScoringTeacherPool:
     """Routes rollouts to teachers and fills ``batch.teacher_logprobs_BT`` (a signal scorer).
 
     ``loader(spec) -> (model, tokenizer)`` is ``load_model`` by default; tests count its calls.

@@ -158,7 +158,7 @@ def setup(cfg: StageConfig, lora: LoRAConfig | None = None, freeze_routers: bool
     from posttrain.train.metrics import MetricsLogger, truncate_metrics
     from posttrain.models.precision import attention_for
     from posttrain.train import sharding
-    from posttrain.train.precision import autocast, decide_precision
+    from posttrain.train.autocast import autocast, decide_precision
 
     run_dir, loop, ranks = Path(cfg.run_dir), cfg.train, sharding.current()
     main = ranks is None or ranks.main

@@ -90,7 +90,7 @@ def filtered_batch(rollouts: list[Rollout], algo: AlgoConfig) -> tuple[Any, dict
     import torch
 
     from posttrain.algos.advantages import ScoredBatch
-    from posttrain.algos.filters import dynamic_filter, overlong_filter
+    from posttrain.algos.rollout_filters import dynamic_filter, overlong_filter
 
     B, T = len(rollouts), max([r.response_tokens for r in rollouts] + [1])
     mask_BT = torch.zeros(B, T)
@@ -114,7 +114,7 @@ def filtered_batch(rollouts: list[Rollout], algo: AlgoConfig) -> tuple[Any, dict
 def informative_groups(rollouts: list[Rollout], overlong_filter: bool) -> tuple[list[int], list[int]]:
     """(groups whose rewards differ, the other groups), by group id in first-seen order; overlong
     rollouts do not count when the overlong filter will drop them."""
-    from posttrain.algos.filters import group_is_informative
+    from posttrain.algos.rollout_filters import group_is_informative
 
     rewards: dict[int, list[float]] = {}
     for r in rollouts:

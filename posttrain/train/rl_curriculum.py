@@ -100,7 +100,7 @@ class TaskSchedule:
     def maybe_reprofile(self, done: int, m: dict[str, Any], generator: Any, envs: dict[str, Any],
                         run_dir: Path) -> dict[str, float]:
         """Re-profile the pools with the live policy when the pass-rate gain has plateaued."""
-        from posttrain.eval.profile import profile_envs
+        from posttrain.eval.pass_rate_profile import profile_envs
 
         if self.detector is None or done >= self.cfg.train.steps or not self.detector.update(m["pass_rate_gain"]):
             return {}

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from posttrain.data.conversations import read_conversations
-from posttrain.data.filters import DEFAULT_ORDER, FiltersConfig
+from posttrain.configs.curate import DEFAULT_ORDER, FiltersConfig
 from posttrain.experiments.curation import compare, curation_stage, draw_unfiltered, read_candidates, recount
 
 # a random model seldom stops within a few tokens: without the truncation filter, rows get through
@@ -99,7 +99,7 @@ def test_compare_trains_both_and_measures_three(stages):
 
 def test_recount_replays_the_log_to_the_same_counts(stages, tmp_path):
     # what curation_stage falls back to when a killed run left no summary for its prompts
-    from posttrain.data.curate import CurateConfig
+    from posttrain.configs.curate import CurateConfig
     from posttrain.data.synthetic import arithmetic_tasks
     from posttrain.envs.base import make_env
 

@@ -28,7 +28,7 @@ from posttrain.train import rl
 from posttrain.configs.rl import AlgoConfig, RLConfig
 from posttrain.episodes.collect import Rollout
 from posttrain.serving.build import build_envs
-from posttrain.train.precision import autocast
+from posttrain.train.autocast import autocast
 from posttrain.train.rl import filtered_batch, train_rl
 from tests.integration.scale_env import EvenLengthEnv  # registers test_even_length (shared with the Ray tests)
 

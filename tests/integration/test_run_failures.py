@@ -127,7 +127,7 @@ def test_a_step_with_no_trainable_token_takes_no_update_and_is_counted(data_file
 
 def test_heldout_loss_with_no_tokens_is_nan_not_zero():
     from posttrain.models.loading import load_model
-    from posttrain.train.precision import autocast
+    from posttrain.train.autocast import autocast
     from posttrain.train.sft import heldout_loss
 
     m = load_model("tiny-llama")

@@ -12,7 +12,7 @@ from posttrain.algos.advantages import (
     make_advantage,
     mopd_token_advantages,
 )
-from posttrain.algos.filters import overlong_filter
+from posttrain.algos.rollout_filters import overlong_filter
 
 
 def close(actual, expected, atol=1e-5):

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from posttrain.commands import curate as curate_command
+from posttrain.configs.curate import CurateConfig
 from posttrain.data.conversations import read_conversations
 from posttrain.data.curate import (
     Candidate,
-    CurateConfig,
     CurateError,
-    TeacherPool,
+    GeneratingTeacherPool,
     as_task,
     curate,
     done_path,
@@ -334,7 +334,7 @@ class FakeGenerator:
 def test_teacher_pool_splits_n_round_robin_and_records_provenance():
     a = FakeGenerator(lambda p, j: f"a{j}")
     b = FakeGenerator(lambda p, j: f"b{j}", finish="length")
-    pool = TeacherPool([("A", a), ("B", b)], n=3, params=SamplingParams(temperature=0.7, seed=1))
+    pool = GeneratingTeacherPool([("A", a), ("B", b)], n=3, params=SamplingParams(temperature=0.7, seed=1))
     assert pool.shares() == [2, 1]
     tasks = make_tasks(2)
     cands = pool(tasks)
@@ -344,7 +344,7 @@ def test_teacher_pool_splits_n_round_robin_and_records_provenance():
     assert cands[0][0].sampling["temperature"] == 0.7 and cands[0][2].finish_reason == "length"
     assert a.calls[0][0] == 2 and a.calls[0][2] == [None, None]  # one call per teacher for the chunk
     with pytest.raises(CurateError):
-        TeacherPool([], n=2, params=SamplingParams())
+        GeneratingTeacherPool([], n=2, params=SamplingParams())
 
 
 def test_teacher_pool_seeds_each_prompt_by_task_id_not_by_its_place_in_the_batch():
@@ -360,13 +360,13 @@ def test_teacher_pool_seeds_each_prompt_by_task_id_not_by_its_place_in_the_batch
         return {t.id: [c.messages[0]["content"] for c in cs] for t, cs in zip(tasks, pool(tasks))}
 
     a, b = Seeded(None), Seeded(None)
-    pool = TeacherPool([("A", a), ("B", b)], n=3, params=SamplingParams(seed=7))
+    pool = GeneratingTeacherPool([("A", a), ("B", b)], n=3, params=SamplingParams(seed=7))
     tasks = make_tasks(4)
     whole = texts(pool, tasks)
     assert texts(pool, tasks[2:]) == {k: whole[k] for k in ("t2", "t3")}
     assert texts(pool, tasks[::-1]) == whole
     assert len({*a.calls[0][2], *b.calls[0][2]}) == 8  # per teacher and task: two teachers sample apart
-    other = TeacherPool([("A", Seeded(None))], n=2, params=SamplingParams(seed=8))
+    other = GeneratingTeacherPool([("A", Seeded(None))], n=2, params=SamplingParams(seed=8))
     assert texts(other, tasks[:1]) != {"t0": whole["t0"][:2]}  # and the run's seed still matters
 
 
@@ -374,7 +374,7 @@ def test_a_local_teacher_samples_a_prompt_the_same_in_any_batch(one_thread):
     from posttrain.engines.hf import HFGenerator
 
     gen = HFGenerator.from_spec("tiny-llama")
-    pool = TeacherPool([("tiny", gen)], n=2, params=SamplingParams(max_new_tokens=6, temperature=1.0, seed=3))
+    pool = GeneratingTeacherPool([("tiny", gen)], n=2, params=SamplingParams(max_new_tokens=6, temperature=1.0, seed=3))
     tasks = make_tasks(3)
     whole = [[c.messages[0]["content"] for c in cs] for cs in pool(tasks)]
     alone = [[c.messages[0]["content"] for c in cs] for cs in pool(tasks[2:])]
@@ -409,14 +409,15 @@ def test_teacher_pool_rolls_out_tool_episodes_turn_by_turn():
         return "Answer: 4" if conv[-1]["role"] == "tool" else format_tool_call("calc", {"expr": "2+2"})
 
     gen = FakeGenerator(reply)
-    pool = TeacherPool([("T", gen)], n=2, params=SamplingParams(seed=5), env=ToolEnv())
+    pool = GeneratingTeacherPool([("T", gen)], n=2, params=SamplingParams(seed=5), env=ToolEnv())
     cands = pool(make_tasks(1))[0]
     assert len(cands) == 2 and gen.calls[0][0] == 2  # both episodes advance in one batched call
     roles = [m["role"] for m in cands[0].messages]
     assert roles == ["assistant", "tool", "assistant"]  # the user's closing line is not a trained turn
     assert cands[0].messages[-1]["content"] == "Answer: 4" and cands[0].finish_reason == "stop"
     assert len(gen.calls) == 2 and all(c[1].n == 1 for c in gen.calls)  # one sample per episode per turn
-    endless = TeacherPool([("T", FakeGenerator(reply))], n=1, params=SamplingParams(), env=ToolEnv(None), max_turns=3)
+    endless = GeneratingTeacherPool([("T", FakeGenerator(reply))], n=1, params=SamplingParams(), env=ToolEnv(None),
+                                    max_turns=3)
     assert endless(make_tasks(1))[0][0].finish_reason == "max_turns"
 
 
@@ -464,3 +465,8 @@ def test_cli_runs_the_pipeline_with_env_tasks_and_filter_options(tmp_path, monke
                              "--filter-option", "nonsense"])
     with pytest.raises(CurateError, match="FILTER.FIELD=VALUE"):
         curate_command.run(bad)
+    unknown = parser.parse_args(["--env", "echo", "--teacher", "x", "--out", str(tmp_path / "u.jsonl"),
+                                 "--filter-option", "lenght.max_words=5"])
+    monkeypatch.setattr(curate_command, "make_teacher", lambda spec: pytest.fail("a teacher was loaded"))
+    with pytest.raises(CurateError, match="unknown filter 'lenght'"):  # refused before any teacher loads
+        curate_command.run(unknown)

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from datasketch import MinHash, MinHashLSH
 
+from posttrain.configs.curate import DedupConfig
 from posttrain.data.dedup import (
     NEAR_DUPLICATE,
     NEAR_DUPLICATE_GLOBAL,
     OVER_K,
-    DedupConfig,
     Deduper,
     MinHasher,
     NearDupIndex,

@@ -47,6 +47,6 @@ def test_no_distillation_branches_in_the_loop_or_the_losses():
 def test_configs_import_without_torch():
     code = ("import sys; import posttrain.configs.sft, posttrain.configs.rl, posttrain.configs.distill, "
             "posttrain.configs.pipeline, posttrain.configs.plugins, posttrain.configs.rlhf, posttrain.configs.dpo, "
-            "posttrain.configs.scale; "
+            "posttrain.configs.scale, posttrain.configs.curate; "
             "assert 'torch' not in sys.modules, 'configs pulled in torch'")
     subprocess.run([sys.executable, "-c", code], check=True)

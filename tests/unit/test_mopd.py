@@ -16,7 +16,7 @@ import torch
 
 from posttrain.algos.advantages import ScoredBatch, make_advantage
 from posttrain.configs.distill import TeachersConfig
-from posttrain.scorers.teachers import TeacherPool
+from posttrain.scorers.teachers import ScoringTeacherPool
 from posttrain.envs.base import Environment, Task, VerifyResult
 from posttrain.models.loading import load_model
 from posttrain.models.tiny import build_tiny, tiny_tokenizer
@@ -42,7 +42,7 @@ def sharpened(seed: int, scale: float):
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_sampled_estimator_matches_exact_reverse_kl(temperature):
     student, teacher = sharpened(0, 6.0), sharpened(1, 6.0)
-    pool = TeacherPool(TeachersConfig(models=[{"name": "t", "model": "teacher", "domains": ["d"]}]),
+    pool = ScoringTeacherPool(TeachersConfig(models=[{"name": "t", "model": "teacher", "domains": ["d"]}]),
                        tiny_tokenizer(), loader=lambda spec: (teacher, tiny_tokenizer()))
     n = 3000
     g = torch.Generator().manual_seed(0)
@@ -88,7 +88,7 @@ def test_teacher_equal_to_student_gives_zero_advantage(sample_rollouts):
                                [(env.name, t) for t in env.tasks("train", 3)], cfg, seed=1)
     batch, _ = filtered_batch(rollouts, AlgoConfig(overlong_filter=False, dynamic_filter=False))
     # the teacher is loaded by the pool from the same spec: a second copy of the student's weights
-    pool = TeacherPool(TeachersConfig(models=[{"name": "self", "model": "tiny-llama", "domains": [env.name]}]),
+    pool = ScoringTeacherPool(TeachersConfig(models=[{"name": "self", "model": "tiny-llama", "domains": [env.name]}]),
                        loaded.tokenizer)
     metrics = pool(rollouts, batch)
     adv_BT = make_advantage("mopd")(batch)

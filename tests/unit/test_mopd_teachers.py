@@ -12,7 +12,7 @@ import torch
 
 from posttrain.configs import ConfigError, load_config
 from posttrain.configs.distill import DistillConfig, TeachersConfig, TeacherSpec
-from posttrain.scorers.teachers import RemoteTeacher, TeacherPool, TokenizerMismatch
+from posttrain.scorers.teachers import RemoteTeacher, ScoringTeacherPool, TokenizerMismatch
 from posttrain.models.tiny import build_tiny, tiny_dir, tiny_tokenizer
 from posttrain.models.logprobs import sampled_logprobs
 from posttrain.configs.rl import AlgoConfig
@@ -51,7 +51,7 @@ def _rollouts():
 def _pool(loader, default="b", **cfg):
     teachers = TeachersConfig(models=[{"name": "a", "model": "teacher-a", "domains": ["math"]},
                                       {"name": "b", "model": "teacher-b", "domains": ["chat"]}], default=default, **cfg)
-    return TeacherPool(teachers, tiny_tokenizer(), loader=loader)
+    return ScoringTeacherPool(teachers, tiny_tokenizer(), loader=loader)
 
 
 def test_routing_sends_each_domain_to_its_teacher_and_falls_back_to_the_default():
@@ -90,7 +90,7 @@ def test_teachers_load_lazily_once_per_model_and_run_without_grad(tmp_path):
     cfg = TeachersConfig(models=[{"name": "x", "model": str(d), "domains": ["math"]},
                                  {"name": "y", "model": f"{d}/../{d.name}", "domains": ["chat"]}])
     loader = CountingLoader()
-    pool = TeacherPool(cfg, tiny_tokenizer(), loader=loader)
+    pool = ScoringTeacherPool(cfg, tiny_tokenizer(), loader=loader)
     batch, _ = filtered_batch(rollouts[:2], AlgoConfig(dynamic_filter=False))
     pool(rollouts[:2], batch)
     assert len(loader.calls) == 1 and pool.teacher("x") is pool.teacher("y") and len(pool.loaded) == 1
@@ -106,9 +106,9 @@ def test_tokenizer_mismatch_fails_clearly(tmp_path):
                                  {"name": "other", "model": str(bad), "domains": ["chat"]}])
     loader = CountingLoader()
     with pytest.raises(TokenizerMismatch, match="'other' uses a different tokenizer.*<mopd_extra>"):
-        TeacherPool(cfg, tiny_tokenizer(), loader=loader).check_tokenizers()
+        ScoringTeacherPool(cfg, tiny_tokenizer(), loader=loader).check_tokenizers()
     assert loader.calls == []  # checked from the tokenizers alone, before any weights load
-    TeacherPool(TeachersConfig(models=cfg.models[:1]), tiny_tokenizer()).check_tokenizers()
+    ScoringTeacherPool(TeachersConfig(models=cfg.models[:1]), tiny_tokenizer()).check_tokenizers()
 
 
 def test_config_errors_name_the_problem():
@@ -148,7 +148,7 @@ def test_url_teacher_request_answer_and_tokenizer_probe():
 
     client = httpx.Client(transport=httpx.MockTransport(handler))
     cfg = TeachersConfig(models=[{"name": "srv", "url": "http://teacher:8000/v1#big", "domains": ["math"]}])
-    pool = TeacherPool(cfg, tok, remote_kwargs={"client": client})
+    pool = ScoringTeacherPool(cfg, tok, remote_kwargs={"client": client})
     pool.check_tokenizers()
     rollouts = _rollouts()[:1]
     batch, _ = filtered_batch(rollouts, AlgoConfig(dynamic_filter=False))
@@ -163,7 +163,8 @@ def test_url_teacher_request_answer_and_tokenizer_probe():
     def other_tokenizer(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, json={"tokens": [1, 2, 3]})
 
-    pool = TeacherPool(cfg, tok, remote_kwargs={"client": httpx.Client(transport=httpx.MockTransport(other_tokenizer))})
+    pool = ScoringTeacherPool(cfg, tok,
+                              remote_kwargs={"client": httpx.Client(transport=httpx.MockTransport(other_tokenizer))})
     with pytest.raises(TokenizerMismatch, match="tokenizes a probe text differently"):
         pool.check_tokenizers()
     r = RemoteTeacher("http://t/v1#m", client=httpx.Client(transport=httpx.MockTransport(
@@ -215,7 +216,7 @@ def test_same_vocab_with_other_merges_or_pre_tokenizer_is_a_mismatch(tmp_path, m
     loader = CountingLoader()
     with pytest.raises(TokenizerMismatch, match=r"'remerged' has the student's vocabulary but splits text "
                                                 r"differently: its merges differ \(253 vs the student's 253; merge 0"):
-        TeacherPool(cfg, student, loader=loader).check_tokenizers()
+        ScoringTeacherPool(cfg, student, loader=loader).check_tokenizers()
     assert loader.calls == []
     from posttrain.scorers.teachers import compare_tokenizers
 
@@ -238,14 +239,14 @@ def test_teacher_embedding_smaller_than_the_students_tokenizer_fails_at_load(tmp
     loader = CountingLoader()
     with pytest.raises(TokenizerMismatch, match=rf"teacher 'small' \(.*small\) has an embedding of 400 tokens but "
                                                 rf"the student's tokenizer has {len(student)} ids"):
-        TeacherPool(cfg, student, loader=loader).check_tokenizers()
+        ScoringTeacherPool(cfg, student, loader=loader).check_tokenizers()
     assert loader.calls == []  # from config.json: before any weights load
 
     # a loader (or a spec without config.json) is checked when the weights load, before scoring
     def small_loader(spec):
         return build_tiny("tiny-llama", 400), tiny_tokenizer()
 
-    pool = TeacherPool(TeachersConfig(models=[{"name": "tiny", "model": "tiny-llama", "domains": ["math"]}]),
+    pool = ScoringTeacherPool(TeachersConfig(models=[{"name": "tiny", "model": "tiny-llama", "domains": ["math"]}]),
                        student, loader=small_loader)
     rollouts = _rollouts()[:1]
     batch, _ = filtered_batch(rollouts, AlgoConfig(dynamic_filter=False))

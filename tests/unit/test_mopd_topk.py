@@ -12,7 +12,7 @@ import torch
 from posttrain.algos.losses import LossInputs, make_loss, topk_kl
 from posttrain.configs import ConfigError, load_config
 from posttrain.configs.distill import DistillConfig, TeachersConfig
-from posttrain.scorers.teachers import TeacherPool
+from posttrain.scorers.teachers import ScoringTeacherPool
 from posttrain.models.loading import load_model
 from posttrain.models.tiny import build_tiny, tiny_tokenizer
 from posttrain.models.logprobs import sampled_logprobs, topk_logprobs
@@ -93,7 +93,7 @@ def _rollouts():
 def _topk_step(pg_backward, teacher_seed):
     student = load_model("tiny-llama", device="cpu", dtype=torch.float32).model
     teacher = build_tiny("tiny-llama", len(tiny_tokenizer()), teacher_seed)
-    pool = TeacherPool(TeachersConfig(models=[{"name": "t", "model": "x", "domains": ["math"]}], topk=4),
+    pool = ScoringTeacherPool(TeachersConfig(models=[{"name": "t", "model": "x", "domains": ["math"]}], topk=4),
                        tiny_tokenizer(), loader=lambda spec: (teacher, tiny_tokenizer()))
     rollouts = _rollouts()
     batch, _ = filtered_batch(rollouts, AlgoConfig(overlong_filter=False, dynamic_filter=False))

@@ -24,8 +24,8 @@ Grading a rollout:
 1. ``extract_code``: the last ```python fenced block of the final answer (reasoning is never
    graded); failing that the last untagged fenced block; failing that the whole answer if it
    parses as Python. No code, or code that does not parse -> reward 0 with the reason.
-2. The sandbox (``sandbox.py``) defines the code once in a contained process and calls the entry
-   function on every test input, each call under its own timer; it returns the outputs.
+2. The sandbox (``posttrain/sandbox/``) defines the code once in a contained process and calls the
+   entry function on every test input, each call under its own timer; it returns the outputs.
 3. ``grade`` compares each output with the expected one on the host (``outputs_match``: tuples
    and lists are the same sequence, floats are compared with a tolerance, bools are not ints), so
    expected outputs never enter the sandbox.

@@ -11,7 +11,7 @@ import pytest
 
 from posttrain.data.conversations import write_jsonl
 from posttrain.commands.profile_data import add_arguments, run
-from posttrain.data.profile import Thresholds, distribution, entropy_bits, profile_rows, row_stats
+from posttrain.data.behaviour_profile import Thresholds, distribution, entropy_bits, profile_rows, row_stats
 from posttrain.models.chat_template import format_tool_call
 
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from posttrain.data.filters import (
+from posttrain.configs.curate import FiltersConfig
+from posttrain.data.sft_filters import (
     FILTERS,
-    FiltersConfig,
     FilterStack,
     KeywordFilter,
     LengthFilter,
@@ -233,8 +233,10 @@ def test_stack_applies_in_order_and_counts_by_filter_and_reason():
 def test_stack_config_options_and_unknown_names():
     stack = FilterStack.from_config(FiltersConfig(order=["length"], options={"length": {"max_words": 2}}))
     assert stack.evaluate(conv("three words here")) == "length:too_long"
-    with pytest.raises(ValidationError, match="unknown filter"):
-        FiltersConfig(order=["nope"])
+    with pytest.raises(ValueError, match="unknown filter 'nope'"):  # the config is plain data; the stack checks names
+        FilterStack.from_config(FiltersConfig(order=["nope"]))
+    with pytest.raises(ValueError, match="unknown filter 'nope'"):
+        FilterStack.from_config(FiltersConfig(options={"nope": {}}))
     with pytest.raises(ValidationError):
         FilterStack.from_config(FiltersConfig(options={"length": {"max_wordz": 2}}))
     assert set(FILTERS.names()) == {"truncated", "tool_calls", "repetition", "keywords", "length"}
@@ -243,7 +245,7 @@ def test_stack_config_options_and_unknown_names():
 def test_xml_calls_are_read_against_the_rows_tools_and_curate_keeps_exact_strings():
     # issue 12, item 9: a string argument that looks like JSON stays the text the model wrote
     from posttrain.data.curate import _normalize_assistant
-    from posttrain.data.filters import tool_calls_of
+    from posttrain.data.sft_filters import tool_calls_of
 
     msg = {"role": "assistant", "content": format_tool_call("get_weather", {"city": "2022"})}
     assert tool_calls_of(msg, [WEATHER]) == [("get_weather", {"city": "2022"})]

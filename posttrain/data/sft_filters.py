@@ -43,6 +43,7 @@ from typing import Any, Callable, ClassVar, Iterable, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+from posttrain.configs.curate import FiltersConfig
 from posttrain.models.chat_template import ToolCallParseError, _arguments_of, parse_assistant, split_reasoning
 from posttrain.registry import Registry
 
@@ -330,25 +331,13 @@ class LengthFilter(Filter):
 
 # --------------------------------------------------------------------------- the stack
 
-DEFAULT_ORDER = ("truncated", "tool_calls", "repetition", "keywords", "length")
 
-
-class FiltersConfig(BaseModel):
-    """Which filters run, in which order, with which settings."""
-
-    model_config = ConfigDict(extra="forbid")
-    order: list[str] = Field(default_factory=lambda: list(DEFAULT_ORDER),
-                             description="filter names, applied in this order; the first failure drops")
-    options: dict[str, dict[str, Any]] = Field(default_factory=dict,
-                                               description="filter name → settings, e.g. {'length': {'max_words': 2000}}")
-
-    @model_validator(mode="after")
-    def _known(self) -> "FiltersConfig":
-        for name in [*self.order, *self.options]:
-            if name not in FILTERS:
-                raise ValueError(f"unknown filter {name!r}; known: {', '.join(FILTERS.names())}")
-        return self
-
+def check_names(cfg: FiltersConfig) -> None:
+    """Every filter ``cfg`` orders or sets options for is registered (a ``ValueError`` naming it).
+    The config lives in ``configs/``, which sees no registry, so the stack checks."""
+    for name in [*cfg.order, *cfg.options]:
+        if name not in FILTERS:
+            raise ValueError(f"unknown filter {name!r}; known: {', '.join(FILTERS.names())}")
 
 class FilterStack:
     """Applies filters in order; counts drops by ``"<filter>:<reason>"``."""
@@ -362,6 +351,7 @@ class FilterStack:
     @classmethod
     def from_config(cls, cfg: FiltersConfig | None = None) -> "FilterStack":
         cfg = cfg or FiltersConfig()
+        check_names(cfg)
         return cls([(n, FILTERS.get(n)(**cfg.options.get(n, {}))) for n in cfg.order])
 
     def evaluate(self, row: Row) -> str | None:

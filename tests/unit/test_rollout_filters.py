@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from posttrain.algos.filters import dynamic_filter, fill_groups, group_is_informative, overlong_filter
+from posttrain.algos.rollout_filters import dynamic_filter, fill_groups, group_is_informative, overlong_filter
 
 
 def test_overlong_filter_zeroes_the_whole_rollout_and_counts():

@@ -56,7 +56,7 @@ class RowStats:
 
 def row_stats(row: Row, count: CountFn) -> RowStats:
     """Lengths and tool use of one conversation row."""
-    from posttrain.data.filters import reasoning_and_answer, tool_calls_of, tool_name
+    from posttrain.data.sft_filters import reasoning_and_answer, tool_calls_of, tool_name
     from posttrain.models.chat_template import ToolCallParseError, assistant_text
 
     turn_lens: list[int] = []
