@@ -79,14 +79,14 @@ def external_records(rl_dir: Path, records: Path, split: str, n_tasks: int) -> P
     has no instruction environment, or the records carry no answers (written before they did)."""
     from posttrain.configs import load_config
     from posttrain.configs.rl import RLConfig
-    from posttrain.envs.build import build_envs
+    from posttrain.envs.base import make_env
 
     rows = [r for r in map(json.loads, records.read_text().splitlines()) if r.get("env") == EXTERNAL_ENV]
     if not rows or any(r.get("answer") is None for r in rows):
         return None
     rl_cfg = load_config(RLConfig, rl_dir / "config.yaml", [])
     spec = next(e for e in rl_cfg.envs if e.name == EXTERNAL_ENV)
-    env = build_envs([spec])[EXTERNAL_ENV]
+    env = make_env(spec.name, **spec.args)  # in process: only its tasks are needed
     tasks = {t.id: t for t in env.tasks(split, n_tasks, spec.task_seed)}  # the tasks validate() drew
     path = records.with_suffix(".ifeval.jsonl")
     path.write_text("".join(json.dumps(row) + "\n" for row in external_grades(rows, tasks)))
