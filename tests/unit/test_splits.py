@@ -113,6 +113,7 @@ REPORTING_ONLY = {
     "posttrain/commands/tool_decisions.py": "its CLI default",
     "posttrain/commands/genrm.py": "the GenRM agreement printed after training",
     "posttrain/envs/genrm/evaluate.py": "GenRM agreement: a reported figure",
+    "bench/genrm_judge.py": "judge figures from held-out replies: reported, nothing chosen by them",
     "posttrain/envs/splits.py": "the rule itself",
     "posttrain/serving/gym_client.py": "cuts a held-out dataset into dev and test",
     "posttrain/data/synthetic.py": "arithmetic_tasks' default: the reported problems",

@@ -16,7 +16,10 @@ hash of the pair id (``val_frac`` of the pairs held out, half dev and half test)
 Constructor arguments (``envs: [{name: genrm, args: {...}}]``): ``pairs`` (JSONL path, the format
 of ``pairs.read_pairs``), ``val_pairs`` (optional JSONL), ``math_pairs`` (how many rule-built math
 pairs to add, default 0; with no ``pairs`` file at all, 64), ``val_frac`` (0.2), ``c1`` (10) and
-``c2`` (1), the reward's weights (the [0, 1] map divides by ``c1 + 8 + 5·c2``).
+``c2`` (1), the reward's weights (the [0, 1] map divides by ``c1 + 8 + 5·c2``); ``visible_pairs``
+(pairs per kind from train tasks, default 0) with ``visible_val_pairs`` (per kind from dev and from
+test tasks, default 24) and ``visible_kinds`` (default all): the pairs of ``visible_pairs.py``, whose
+better side shows on the page. Their split is their task's split, not a hash of the pair.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from posttrain.envs.base import ENVIRONMENTS, Environment, Message, Split, Task,
 from posttrain.envs.genrm.format import (ParseFailure, build_genrm_prompt, format_judgement, parse_judgement,
                                          response_text, split_prompt)
 from posttrain.envs.genrm.pairs import PreferencePair, math_rule_pairs, read_pairs
+from posttrain.envs.genrm.visible_pairs import KINDS, visible_pairs
 
 
 def pair_task(pair: PreferencePair, swapped: bool) -> Task:
@@ -68,10 +72,17 @@ class GenRMEnv(Environment):
     domain = "genrm"
 
     def __init__(self, pairs: str | None = None, val_pairs: str | None = None, math_pairs: int | None = None,
-                 val_frac: float = 0.2, c1: float = C1, c2: float = C2) -> None:
+                 val_frac: float = 0.2, c1: float = C1, c2: float = C2, visible_pairs: int = 0,
+                 visible_val_pairs: int = 24, visible_kinds: list[str] | None = None) -> None:
+        kinds = list(KINDS if visible_kinds is None else visible_kinds)
+        if unknown := [k for k in kinds if k not in KINDS]:
+            raise ValueError(f"genrm: unknown visible_kinds {unknown}; known: {', '.join(KINDS)}")
+        if visible_pairs < 0 or visible_val_pairs < 0:
+            raise ValueError(f"genrm: visible_pairs and visible_val_pairs must be >= 0, got {visible_pairs}, {visible_val_pairs}")
+        self.visible = (visible_pairs, visible_val_pairs, kinds)
         self.pairs_path, self.val_path, self.val_frac = pairs, val_pairs, val_frac
         self.c1, self.c2 = c1, c2
-        self.math_pairs = (0 if pairs else 64) if math_pairs is None else math_pairs
+        self.math_pairs = (0 if pairs or visible_pairs else 64) if math_pairs is None else math_pairs
         self._cache: dict[str, list[PreferencePair]] = {}
 
     def _split_of(self, pair_id: str) -> str:
@@ -91,6 +102,9 @@ class GenRMEnv(Environment):
             if self.math_pairs:
                 n = self.math_pairs if split == "train" else max(1, int(self.math_pairs * self.val_frac))
                 mine = mine + math_rule_pairs(n, split)
+            n_train, n_val, kinds = self.visible
+            if n_train:
+                mine = mine + visible_pairs(split, n_train if split == "train" else n_val, kinds)
             self._cache[split] = mine
         return self._cache[split]
 

@@ -14,7 +14,13 @@ pair in both orders) and returns:
 * per order (``given/…``, ``swapped/…``) the same, and **position bias**: ``prefers_first`` = share
   of parseable verdicts that rank response 1 better (a balanced both-orders set makes 0.5 the
   unbiased value) and ``order_consistency`` = share of pairs, both replies parseable, whose two
-  verdicts prefer the same underlying response.
+  verdicts prefer the same underlying response;
+* per pair source (``by/<source>/rank_side_acc``, e.g. ``by/visible/truncated/…``), where the
+  held-out set mixes several: the share right of that source's replies.
+
+:func:`judge_targets` checks the figures against the judge-quality targets (``TARGETS``: issue 35):
+ranking side right ≥ 70%, position bias (``prefers_first``) within 50 ± 10%, order consistency
+≥ 60%, format errors ≤ 2%, over at least 200 judgements.
 """
 
 from __future__ import annotations
@@ -42,6 +48,21 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, float]:
             "prefers_first": sum(r["pred_rank"] <= 3 for r in ok) / m if ok else float("nan")}
 
 
+TARGETS: dict[str, tuple[float, float]] = {  # figure → the closed interval it must sit in
+    "rank_side_acc": (0.70, 1.0), "prefers_first": (0.40, 0.60), "order_consistency": (0.60, 1.0),
+    "format_error_rate": (0.0, 0.02), "n": (200, float("inf")),
+}
+
+
+def judge_targets(figures: dict[str, float]) -> dict[str, bool]:
+    """Each target of ``TARGETS`` met (True) or not; a missing or NaN figure is not met."""
+    out = {}
+    for k, (lo, hi) in TARGETS.items():
+        v = figures.get(k, float("nan"))
+        out[k] = bool(v == v and lo <= v <= hi)
+    return out
+
+
 def agreement_from_rows(rows: list[dict[str, Any]]) -> dict[str, float]:
     """The figures of the module docstring from per-task rows (``task_id``, ``swapped``, ``pair_id``,
     ``reward``, the verify components, ``pred_rank``)."""
@@ -55,6 +76,11 @@ def agreement_from_rows(rows: list[dict[str, Any]]) -> dict[str, float]:
     # consistent: the swapped verdict prefers position 2 exactly when the given one prefers position 1
     consistent = [(p[False]["pred_rank"] <= 3) != (p[True]["pred_rank"] <= 3) for p in both]
     out["order_consistency"] = sum(consistent) / len(consistent) if consistent else float("nan")
+    sources = sorted({r["source"] for r in rows if r.get("source")})
+    if len(sources) > 1:
+        for src in sources:
+            mine = _summary([r for r in rows if r.get("source") == src])
+            out.update({f"by/{src}/{k}": mine[k] for k in ("n", "rank_side_acc", "prefers_first", "format_error_rate")})
     return out
 
 
@@ -76,7 +102,7 @@ def genrm_agreement(generator: Any, env: Any, split: str = "test", n: int | None
             res = score_judgement(c.text, Judgement(gt["h1"], gt["h2"], gt["rank"]))
             pred = parse_judgement(c.text)
             rows.append({"task_id": t.id, "pair_id": t.metadata["pair_id"], "swapped": t.metadata["swapped"],
-                         "sample": j, "reward": res.reward, "reason": res.reason, **res.components,
+                         "sample": j, "source": t.metadata.get("source", ""), "reward": res.reward, "reason": res.reason, **res.components,
                          "pred_rank": None if isinstance(pred, ParseFailure) else pred.rank, "reply": c.text})
     if records is not None:
         records.parent.mkdir(parents=True, exist_ok=True)
