@@ -236,3 +236,21 @@ def test_synthesize_scripted_end_to_end_and_refuses_existing(tmp_path):
         validate_row(r)
     with pytest.raises(SynthError, match="exists"):
         synthesize(cfg, Scripted([]), out, progress=False, log=lambda _: None)
+
+
+def test_synth_profile_clusters_acceptance_and_coverage():
+    from posttrain.data.behaviour_profile import minhash_clusters, synth_profile
+
+    a = "the tide rises twice a day because the moon pulls the ocean toward it"
+    texts = [a, a + " again", "bread rises because yeast makes gas bubbles in the warm dough", a]
+    ids = minhash_clusters(texts, 0.5)
+    assert ids[0] == ids[1] == ids[3] != ids[2]
+    rows = [{"messages": [{"role": "assistant", "content": t}], "columns": {"topic": k}}
+            for t, k in zip(texts, ["tides", "tides", "bread", "tides"])]
+    summary = {"rows_processed": 8, "accepted": 4, "failures": {"agree:disagree": 3, "len:too_short": 2, "agree:x": 1},
+               "config": {"columns": {"topic": {"type": "category", "values": ["tides", "bread", "owls"]}}}}
+    sp = synth_profile(rows, summary, "topic")
+    assert sp["diversity"]["clusters"] == 2 and sp["diversity"]["largest_cluster"] == 3
+    assert sp["acceptance"]["rate"] == 0.5
+    assert sp["acceptance"]["failed_attempts_by_validator"] == {"agree": 4, "len": 2}
+    assert sp["topic_coverage"]["missing"] == ["owls"] and sp["topic_coverage"]["of_values"] == 3
