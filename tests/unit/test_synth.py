@@ -254,3 +254,22 @@ def test_synth_profile_clusters_acceptance_and_coverage():
     assert sp["acceptance"]["rate"] == 0.5
     assert sp["acceptance"]["failed_attempts_by_validator"] == {"agree": 4, "len": 2}
     assert sp["topic_coverage"]["missing"] == ["owls"] and sp["topic_coverage"]["of_values"] == 3
+
+
+def test_judge_validator_uses_the_judge_prompt_and_threshold():
+    from posttrain.envs.judge import verdict_from_reply
+
+    seen = []
+
+    class Judge:  # the LLMJudge interface; the verdict is parsed from a scripted reply by the real parser
+        def judge(self, messages):
+            seen.append(messages)
+            return verdict_from_reply("good\nSCORE: 9/10" if "tide" in json.dumps(messages) else "bad\nSCORE: 2/10")
+
+    cfg = cfg_of({"q": {"type": "category", "values": ["x"]}, "a": {"type": "category", "values": ["y"]},
+                  "j": {"type": "judge", "column": "a", "judge": "stand-in", "context": "q"}})
+    ctx = build_context(cfg, make_judge=lambda spec: Judge())
+    v = cfg.columns["j"]
+    assert validate("j", v, {"q": "why tides?", "a": "the moon pulls"}, ctx) is None
+    assert validate("j", v, {"q": "why?", "a": "no idea"}, ctx) == "judge:low_score"
+    assert "the moon pulls" in json.dumps(seen[0])
