@@ -31,9 +31,9 @@ import json, sys, time
 from distilabel.models.llms import TransformersLLM
 from distilabel.steps.tasks import TextGeneration
 prompts, model, max_new, temp, batch = json.loads(sys.argv[1])
-llm = TransformersLLM(model=model, device="cpu", torch_dtype="float32")
-task = TextGeneration(llm=llm, input_batch_size=batch,
+llm = TransformersLLM(model=model, device="cpu", torch_dtype="float32",
                       generation_kwargs={"max_new_tokens": max_new, "temperature": temp, "do_sample": True})
+task = TextGeneration(llm=llm, input_batch_size=batch)
 task.load()
 t0 = time.time()
 out = []
