@@ -41,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from posttrain.configs.base import load_config
     from posttrain.configs.synth import SynthConfig
-    from posttrain.data.synth import SynthError, build_context, check_config, check_output, synthesize
+    from posttrain.data.synth import SynthError, build_context, check_config, check_output, check_same_config, synthesize
 
     overrides = list(args.overrides) + ([f"generation.model={args.model}"] if args.model else [])
     cfg = load_config(SynthConfig, args.config, overrides)
@@ -54,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
         raise SynthError("--out is required (or pass --check)")
     out = Path(args.out)
     check_output(out, args.resume)
+    if args.resume:
+        check_same_config(cfg, out)
     ctx = build_context(cfg, base_dir)
     from posttrain.data.curate import make_teacher
 

@@ -617,6 +617,23 @@ def check_output(out: Path, resume: bool) -> None:
         raise SynthError(f"{out} exists; pass --resume to continue it, or choose another --out")
 
 
+def config_path(out: Path) -> Path:
+    return out.with_name(out.name + ".config.json")
+
+
+def _identity(cfg: SynthConfig) -> str:
+    """The config as JSON without ``rows`` (a resume may ask for more rows, nothing else)."""
+    return json.dumps({k: v for k, v in json.loads(cfg.model_dump_json(by_alias=True)).items() if k != "rows"},
+                      sort_keys=True)
+
+
+def check_same_config(cfg: SynthConfig, out: Path) -> None:
+    """A resumed run must be the run it continues: same columns, seed, generation and final stage."""
+    path = config_path(out)
+    if path.exists() and path.read_text(encoding="utf-8") != _identity(cfg):
+        raise SynthError(f"{out} was written with another config ({path}); resume with that config, or choose another --out")
+
+
 def load_progress(out: Path) -> tuple[list[str], int]:
     """Rows written for done indices (repairing the files in place) and the next row index."""
     done = [int(x) for x in _complete_lines(done_path(out))]
@@ -684,8 +701,11 @@ def synthesize(cfg: SynthConfig, gen: "Generator", out: Path, *, resume: bool = 
     out.parent.mkdir(parents=True, exist_ok=True)
     if not resume:
         done_path(out).unlink(missing_ok=True)
+    if resume:
+        check_same_config(cfg, out)
     lines, start = load_progress(out) if resume else ([], 0)
     out.touch()
+    config_path(out).write_text(_identity(cfg), encoding="utf-8")
     final = FinalStage(cfg)
     final.seed([json.loads(x) for x in lines])
     tally = Tally()

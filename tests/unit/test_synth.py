@@ -273,3 +273,16 @@ def test_judge_validator_uses_the_judge_prompt_and_threshold():
     assert validate("j", v, {"q": "why tides?", "a": "the moon pulls"}, ctx) is None
     assert validate("j", v, {"q": "why?", "a": "no idea"}, ctx) == "judge:low_score"
     assert "the moon pulls" in json.dumps(seen[0])
+
+
+def test_resume_refuses_another_config(tmp_path):
+    cols = {"n": {"type": "int", "low": 1, "high": 9}, "ans": {"type": "model", "prompt": "say {n}"}}
+    msgs = [{"role": "user", "content": "say {n}"}, {"role": "assistant", "content": "{ans}"}]
+    cfg = cfg_of(cols, messages=msgs, rows=2, final={"filters": None, "dedup": None})
+    out = tmp_path / "o.jsonl"
+    synthesize(cfg, Scripted(["a", "b"]), out, progress=False, log=lambda _: None)
+    more = cfg.model_copy(update={"rows": 3})  # more rows: the same run, continued
+    assert synthesize(more, Scripted(["c"]), out, resume=True, progress=False, log=lambda _: None)["rows_processed"] == 1
+    other = cfg.model_copy(update={"seed": 5})
+    with pytest.raises(SynthError, match="another config"):
+        synthesize(other, Scripted([]), out, resume=True, progress=False, log=lambda _: None)
