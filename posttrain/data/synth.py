@@ -21,7 +21,7 @@ after its row (if any) is written, both fsync'd. A resumed run drops a torn last
 whose index is not in ``.done``, re-seeds the dedup index from the rows kept, and continues at the
 first index not done. Chunks are cut from the whole row range, so a resumed chunk is what remained
 of the interrupted one; with per-row seeds the output equals an uninterrupted run's byte for byte
-(tests/integration/test_synth.py kills a run with SIGKILL and checks it).
+(tests/integration/test_synth_run.py kills a run with SIGKILL and checks it).
 
 How it departs from NeMo Data Designer / distilabel: columns are a typed pydantic union and the
 whole DAG is validated up front; a retry resamples a row's model columns rather than the whole row;
