@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "validate": ("posttrain.commands.validate", "score a model on an RL run's held-out tasks, per task; --against: paired gain over another model"),
     "make-data": ("posttrain.commands.make_data", "write a generated SFT dataset (e.g. arithmetic with short reasoning)"),
     "curate": ("posttrain.commands.curate", "generate, verify, filter and dedup SFT data from a teacher pool (resumable; --refresh merges a new pool)"),
+    "synth": ("posttrain.commands.synth", "synthetic SFT data from a config of columns: samplers, model columns, validators with retries (resumable)"),
     "profile-data": ("posttrain.commands.profile_data", "behaviour profile of an SFT JSONL: lengths, turns, tool use, co-occurrence"),
     "quantize": ("posttrain.commands.quantize", "selective FP8 (E4M3) post-training quantization: calibration, sensitivity search, compressed-tensors export"),
     "eval": ("posttrain.commands.eval", "evaluate a model on environments: accuracy, avg@k, pass@k"),

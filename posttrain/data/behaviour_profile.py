@@ -277,3 +277,88 @@ def counter_for(tokenizer_spec: str | None) -> tuple[CountFn, str]:
 
     tok = load_tokenizer(tokenizer_spec)
     return (lambda text: len(tok.encode(text, add_special_tokens=False)) if text else 0), TOKENS
+
+
+# --------------------------------------------------------------------------- synthetic sets
+
+
+def minhash_clusters(texts: Sequence[str], threshold: float = 0.5, num_perm: int = 128) -> list[int]:
+    """Greedy near-duplicate clusters: each text joins the first earlier cluster head whose MinHash
+    Jaccard estimate reaches ``threshold``, else starts a cluster. Returns a cluster id per text."""
+    from posttrain.data.dedup import MinHasher, NearDupIndex
+
+    if not texts:
+        return []
+    hasher = MinHasher(num_perm=num_perm)
+    index = NearDupIndex(hasher, threshold)
+    ids: list[int] = []
+    for i, sig in enumerate(hasher.signatures(list(texts))):
+        head = index.find(sig)
+        if head is None:
+            index.add(i, sig)
+            ids.append(i)
+        else:
+            ids.append(ids[int(head)])  # type: ignore[arg-type]
+    return ids
+
+
+def synth_profile(rows: Sequence[Row], summary: dict[str, Any] | None, topic_column: str | None,
+                  threshold: float = 0.5) -> dict[str, Any]:
+    """What a ``posttrain synth`` set adds to the profile: acceptance by validator (from the run's
+    summary: failed attempts per ``<column>:<reason>``), diversity as MinHash clusters of the
+    assistant turns, and coverage of a topic column (its values in the rows; the config's
+    category values when the summary has them)."""
+    texts = ["\n".join(str(m.get("content") or "") for m in r.get("messages", []) if m.get("role") == "assistant")
+             for r in rows]
+    clusters = Counter(minhash_clusters(texts, threshold))
+    out: dict[str, Any] = {"diversity": {
+        "threshold": threshold, "clusters": len(clusters),
+        "cluster_share": round(len(clusters) / len(rows), 4) if rows else None,
+        "largest_cluster": max(clusters.values(), default=0),
+    }}
+    if summary is not None:
+        by_col: Counter[str] = Counter()
+        for key, n in (summary.get("failures") or {}).items():
+            by_col[key.split(":", 1)[0]] += n
+        processed = summary.get("rows_processed") or 0
+        out["acceptance"] = {
+            "rows_processed": processed, "accepted": summary.get("accepted"),
+            "rate": round(summary["accepted"] / processed, 4) if processed else None,
+            "failed_attempts_by_validator": dict(by_col.most_common()),
+            "failure_reasons": summary.get("failures") or {},
+            "final_dropped": summary.get("final_dropped") or {},
+        }
+    if topic_column:
+        seen = Counter(str((r.get("columns") or {}).get(topic_column)) for r in rows)
+        col = (((summary or {}).get("config") or {}).get("columns") or {}).get(topic_column) or {}
+        values = [str(v) for v in col.get("values", [])] if col.get("type") == "category" else None
+        out["topic_coverage"] = {
+            "column": topic_column, "counts": dict(seen.most_common()), "distinct": len(seen),
+            "of_values": len(values) if values else None,
+            "missing": sorted(set(values) - set(seen)) if values else None,
+            "entropy_bits": round(entropy_bits(seen.values()), 4),
+        }
+    return out
+
+
+def plot_synth(sp: dict[str, Any], out_dir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [(k, t) for k, t in (("acceptance", "failed attempts by validator"), ("topic_coverage", "rows per topic"))
+              if k in sp]
+    if not panels:
+        return []
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), squeeze=False)
+    for ax, (key, title) in zip(axes[0], panels):
+        data = sp[key]["failed_attempts_by_validator"] if key == "acceptance" else sp[key]["counts"]
+        ax.barh(list(data)[:30], list(data.values())[:30], color="#4C72B0")
+        ax.set_title(title)
+        ax.invert_yaxis()
+    fig.tight_layout()
+    path = out_dir / "synth.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return [path]
