@@ -1,0 +1,128 @@
+"""Configs of compression (``posttrain prune`` and ``posttrain distill-logits``; code in ``compress/``).
+
+Checked before any model loads: an axis that cannot be cut the way asked (heads that do not split
+into the KV groups, more channels than the model has) is a one-line error from the pruner that
+compares the target with the model's config, also before any weight is read.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from posttrain.configs.base import StrictModel
+from posttrain.configs.sft import SFTDataConfig
+from posttrain.configs.train import LoopConfig, MoEConfig, OptimConfig
+
+
+class PruneTarget(StrictModel):
+    """What the smaller model keeps: either a parameter count (the axes come from ``search``) or
+    sizes per axis (unset axes are kept whole)."""
+
+    params: float | None = Field(None, gt=0)
+    """Total parameters of the pruned model (e.g. 1.0e8); the axes to cut come from ``axes_mix``."""
+    axes_mix: list[Literal["mlp_hidden", "heads", "hidden", "layers", "mamba_heads", "experts"]] = Field(
+        default_factory=lambda: ["mlp_hidden", "layers"])
+    """With ``params``: the axes cut, each by the same fraction of its size, until the count fits."""
+    mlp_hidden: int | None = Field(None, ge=1)
+    """MLP intermediate channels per layer (Llama ``intermediate_size``; NemotronH: every expert's and
+    the shared expert's hidden channels scale by the same fraction)."""
+    heads: int | None = Field(None, ge=1)
+    """Attention (query) heads per layer; must be a multiple of ``kv_heads``."""
+    kv_heads: int | None = Field(None, ge=1)
+    """KV groups per layer (default: kept, or the largest count that divides ``heads``)."""
+    hidden: int | None = Field(None, ge=8)
+    """Embedding (residual stream) channels."""
+    layers: int | None = Field(None, ge=1)
+    """Decoder blocks kept (the least important by ``depth_metric`` go)."""
+    mamba_heads: int | None = Field(None, ge=1)
+    """NemotronH: Mamba heads per Mamba layer (pruned inside each of its ``n_groups`` groups)."""
+    experts: int | None = Field(None, ge=1)
+    """NemotronH: routed experts per MoE layer (by routed load × output norm)."""
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> "PruneTarget":
+        sizes = [self.mlp_hidden, self.heads, self.hidden, self.layers, self.mamba_heads, self.experts]
+        if self.params is None and all(s is None for s in sizes):
+            raise ValueError("target: give params (a parameter count) or at least one axis size "
+                             "(mlp_hidden, heads, hidden, layers, mamba_heads, experts)")
+        if self.params is not None and any(s is not None for s in sizes):
+            raise ValueError("target: give params or axis sizes, not both")
+        if self.kv_heads is not None and self.heads is not None and self.heads % self.kv_heads:
+            raise ValueError(f"target.heads={self.heads} is not a multiple of target.kv_heads={self.kv_heads}: "
+                             "every KV group needs the same number of query heads")
+        return self
+
+
+class CalibrationConfig(StrictModel):
+    path: str
+    """Conversation JSONL (any SFT data: ``posttrain make-data`` writes one)."""
+    samples: int = Field(64, ge=1)
+    """Calibration conversations (the Minitron ablation saturates early; see docs/prune.md)."""
+    max_seq_len: int = Field(256, ge=16)
+    """Rows are cut to this many tokens; each row runs alone (no padding to mask out)."""
+    aggregation: Literal["mean", "l2"] = "mean"
+    """How per-token activation magnitudes become one score per channel: mean of |a| over tokens, or
+    the L2 norm over tokens (Minitron's batch/sequence aggregation)."""
+
+
+class PruneConfig(StrictModel):
+    model: str = "embedded"
+    """Model to prune: embedded, tiny-llama, tiny-nemotronh or an HF directory."""
+    out: str = "runs/prune/model"
+    """Where the pruned HF directory (weights, config, tokenizer, chat template) is written."""
+    target: PruneTarget
+    calibration: CalibrationConfig = Field(default_factory=CalibrationConfig)
+    depth_metric: Literal["cosine", "loglik"] = "cosine"
+    """Layer importance: 1 − cos(block input, block output) (one pass), or the drop of calibration
+    log-likelihood when the block is skipped (one pass per block)."""
+    seed: int = 0
+
+
+class TeacherConfig(StrictModel):
+    model: str = "embedded"
+    """The teacher (usually the model that was pruned)."""
+    topk: int = Field(0, ge=0)
+    """0: forward KL over the full vocabulary; k > 0: over the teacher's top-k tokens, renormalised."""
+    temperature: float = Field(1.0, gt=0)
+    """Both distributions are softened by T and the KL scaled by T² (Hinton)."""
+    cache: bool = False
+    """Compute the teacher's top-k log-probs once for every training row before step 1 (needs
+    ``topk > 0``) instead of a teacher forward pass in every step."""
+
+    @model_validator(mode="after")
+    def _cache_needs_topk(self) -> "TeacherConfig":
+        if self.cache and not self.topk:
+            raise ValueError("teacher.cache needs teacher.topk > 0 (a full-vocabulary cache is V floats per token)")
+        return self
+
+
+class KDLossSettings(StrictModel):
+    kd_coef: float = Field(1.0, ge=0)
+    """Weight of the forward KL to the teacher."""
+    ce_coef: float = Field(0.0, ge=0)
+    """Weight of cross-entropy on the data tokens (0: pure distillation; kd_coef 0: CE only)."""
+
+    @model_validator(mode="after")
+    def _something(self) -> "KDLossSettings":
+        if self.kd_coef == 0 and self.ce_coef == 0:
+            raise ValueError("loss: kd_coef and ce_coef are both 0: nothing to train on")
+        return self
+
+
+class DistillLogitsTrainConfig(LoopConfig):
+    batch_size: int = Field(8, ge=1)
+    eval_every: int = Field(0, ge=0)
+
+
+class DistillLogitsConfig(StrictModel):
+    model: str = "runs/prune/model"
+    """The student (a pruned checkpoint)."""
+    run_dir: str = "runs/distill_logits"
+    teacher: TeacherConfig = Field(default_factory=TeacherConfig)
+    loss: KDLossSettings = Field(default_factory=KDLossSettings)
+    data: SFTDataConfig = Field(default_factory=SFTDataConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    moe: MoEConfig = Field(default_factory=MoEConfig)
+    train: DistillLogitsTrainConfig = Field(default_factory=DistillLogitsTrainConfig)
