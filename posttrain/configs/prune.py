@@ -35,7 +35,7 @@ class PruneTarget(StrictModel):
     hidden: int | None = Field(None, ge=8)
     """Embedding (residual stream) channels."""
     layers: int | None = Field(None, ge=1)
-    """Decoder blocks kept (the least important by ``depth_metric`` go)."""
+    """Decoder blocks kept (the least important by the config's top-level ``depth_metric`` go)."""
     mamba_heads: int | None = Field(None, ge=1)
     """NemotronH: Mamba heads per Mamba layer (pruned inside each of its ``n_groups`` groups)."""
     experts: int | None = Field(None, ge=1)
@@ -59,7 +59,7 @@ class CalibrationConfig(StrictModel):
     path: str
     """Conversation JSONL (any SFT data: ``posttrain make-data`` writes one)."""
     samples: int = Field(64, ge=1)
-    """Calibration conversations (the Minitron ablation saturates early; see docs/prune.md)."""
+    """Calibration conversations (default not yet measured against larger sets; docs/prune.md)."""
     max_seq_len: int = Field(256, ge=16)
     """Rows are cut to this many tokens; each row runs alone (no padding to mask out)."""
     aggregation: Literal["mean", "l2"] = "mean"
