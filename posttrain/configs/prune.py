@@ -1,4 +1,4 @@
-"""Configs of compression (``posttrain prune`` and ``posttrain distill-logits``; code in ``compress/``).
+"""Configs of compression (``posttrain prune``; code in ``compress/``).
 
 Checked before any model loads: an axis that cannot be cut the way asked (heads that do not split
 into the KV groups, more channels than the model has) is a one-line error from the pruner that
@@ -12,8 +12,6 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from posttrain.configs.base import StrictModel
-from posttrain.configs.sft import SFTDataConfig
-from posttrain.configs.train import LoopConfig, MoEConfig, OptimConfig
 
 
 class PruneTarget(StrictModel):
@@ -78,51 +76,3 @@ class PruneConfig(StrictModel):
     """Layer importance: 1 − cos(block input, block output) (one pass), or the drop of calibration
     log-likelihood when the block is skipped (one pass per block)."""
     seed: int = 0
-
-
-class TeacherConfig(StrictModel):
-    model: str = "embedded"
-    """The teacher (usually the model that was pruned)."""
-    topk: int = Field(0, ge=0)
-    """0: forward KL over the full vocabulary; k > 0: over the teacher's top-k tokens, renormalised."""
-    temperature: float = Field(1.0, gt=0)
-    """Both distributions are softened by T and the KL scaled by T² (Hinton)."""
-    cache: bool = False
-    """Compute the teacher's top-k log-probs once for every training row before step 1 (needs
-    ``topk > 0``) instead of a teacher forward pass in every step."""
-
-    @model_validator(mode="after")
-    def _cache_needs_topk(self) -> "TeacherConfig":
-        if self.cache and not self.topk:
-            raise ValueError("teacher.cache needs teacher.topk > 0 (a full-vocabulary cache is V floats per token)")
-        return self
-
-
-class KDLossSettings(StrictModel):
-    kd_coef: float = Field(1.0, ge=0)
-    """Weight of the forward KL to the teacher."""
-    ce_coef: float = Field(0.0, ge=0)
-    """Weight of cross-entropy on the data tokens (0: pure distillation; kd_coef 0: CE only)."""
-
-    @model_validator(mode="after")
-    def _something(self) -> "KDLossSettings":
-        if self.kd_coef == 0 and self.ce_coef == 0:
-            raise ValueError("loss: kd_coef and ce_coef are both 0: nothing to train on")
-        return self
-
-
-class DistillLogitsTrainConfig(LoopConfig):
-    batch_size: int = Field(8, ge=1)
-    eval_every: int = Field(0, ge=0)
-
-
-class DistillLogitsConfig(StrictModel):
-    model: str = "runs/prune/model"
-    """The student (a pruned checkpoint)."""
-    run_dir: str = "runs/distill_logits"
-    teacher: TeacherConfig = Field(default_factory=TeacherConfig)
-    loss: KDLossSettings = Field(default_factory=KDLossSettings)
-    data: SFTDataConfig = Field(default_factory=SFTDataConfig)
-    optim: OptimConfig = Field(default_factory=OptimConfig)
-    moe: MoEConfig = Field(default_factory=MoEConfig)
-    train: DistillLogitsTrainConfig = Field(default_factory=DistillLogitsTrainConfig)
