@@ -34,7 +34,8 @@ that ship them:
     posttrain eval --benchmark ifbench-test --n 100 --max-new-tokens 512   # IFBench's first 100 test prompts
 
 ``--benchmark`` is repeatable and combines with ``--env``; ``--n`` limits each benchmark's items
-(per category for bfcl; default: all, and 64 instruction tasks for ifeval/ifbench); ``--split``
+(per category for bfcl; the first N prompts for ifbench-test; default: all, and 64 instruction
+tasks for ifeval/ifbench); ``--split``
 picks the split of our environments (``test``, the default, is for reported figures; ``dev`` for
 choosing settings). ``--out`` gets every item's record and the summary under ``benchmarks``.
 
