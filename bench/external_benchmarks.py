@@ -5,7 +5,7 @@
     python bench/external_benchmarks.py ifeval --n 64                   # 64 held-out instruction replies (split test)
     python bench/external_benchmarks.py ifbench --n 64 --replies runs/bench/external_ifeval.json   # the same replies, IFBench checkers
     python bench/external_benchmarks.py humaneval --model runs/sft/best --k 5 --temperature 0.8
-    python bench/external_benchmarks.py ifbench-test --n 100 --threads 1 --max-new-tokens 512   # IFBench's first 100 test prompts
+    python bench/external_benchmarks.py ifbench-test --n 100 --threads 1 --max-new-tokens 512   # IFBench, 100 prompts
 
 Runs ``posttrain eval --benchmark NAME``'s code (``posttrain/eval/benchmarks/``) in-process, writes
 every item's record and the summary to ``--out`` (default ``runs/bench/external_<name>.json``),
@@ -45,7 +45,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("benchmark", choices=["humaneval", "bfcl", "ifeval", "ifbench", "ifbench-test"])
     ap.add_argument("--model", default="embedded")
-    ap.add_argument("--n", type=int, default=None, help="items (per bfcl category; ifbench-test: the first N prompts); default all (ifeval: 64)")
+    ap.add_argument("--n", type=int, default=None,
+                    help="items (per bfcl category; ifbench-test: the first N prompts); default all (ifeval: 64)")
     ap.add_argument("--category", action="append", help="bfcl categories (default all three)")
     ap.add_argument("--split", default="test", choices=SPLITS,
                     help="split of our instruction environment (ifeval/ifbench)")
