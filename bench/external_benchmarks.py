@@ -1,10 +1,11 @@
-"""One external benchmark (HumanEval, BFCL, IFEval/IFBench agreement) on a model, recorded.
+"""One external benchmark (HumanEval, BFCL, IFEval/IFBench agreement, IFBench test) on a model, recorded.
 
     python bench/external_benchmarks.py humaneval                       # all 164, greedy, 256 new tokens
     python bench/external_benchmarks.py bfcl --n 50                     # 50 each of simple_python, multiple, parallel
     python bench/external_benchmarks.py ifeval --n 64                   # 64 held-out instruction replies (split test)
     python bench/external_benchmarks.py ifbench --n 64 --replies runs/bench/external_ifeval.json   # the same replies, IFBench checkers
     python bench/external_benchmarks.py humaneval --model runs/sft/best --k 5 --temperature 0.8
+    python bench/external_benchmarks.py ifbench-test --n 100 --threads 1 --max-new-tokens 512   # IFBench, 100 prompts
 
 Runs ``posttrain eval --benchmark NAME``'s code (``posttrain/eval/benchmarks/``) in-process, writes
 every item's record and the summary to ``--out`` (default ``runs/bench/external_<name>.json``),
@@ -32,8 +33,8 @@ RESULTS = Path(__file__).resolve().parent / "results" / "external_benchmarks.jso
 
 
 def row_summary(name: str, summary: dict) -> dict:
-    """The summary as recorded in the row: everything but the ifeval disagreement texts (counted;
-    the --out file has them)."""
+    """The summary as recorded in the row: everything but the disagreement texts of ifeval, ifbench
+    and ifbench-test (counted; the --out file has them)."""
     if "disagreements" in summary:
         return {**{k: v for k, v in summary.items() if k != "disagreements"},
                 "disagreements": len(summary["disagreements"])}
@@ -42,9 +43,10 @@ def row_summary(name: str, summary: dict) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("benchmark", choices=["humaneval", "bfcl", "ifeval", "ifbench"])
+    ap.add_argument("benchmark", choices=["humaneval", "bfcl", "ifeval", "ifbench", "ifbench-test"])
     ap.add_argument("--model", default="embedded")
-    ap.add_argument("--n", type=int, default=None, help="items (per bfcl category); default all (ifeval: 64)")
+    ap.add_argument("--n", type=int, default=None,
+                    help="items (per bfcl category; ifbench-test: the first N prompts); default all (ifeval: 64)")
     ap.add_argument("--category", action="append", help="bfcl categories (default all three)")
     ap.add_argument("--split", default="test", choices=SPLITS,
                     help="split of our instruction environment (ifeval/ifbench)")

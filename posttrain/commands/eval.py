@@ -31,9 +31,11 @@ that ship them:
     posttrain eval --benchmark humaneval --model embedded            # all 164, greedy pass@1
     posttrain eval --benchmark bfcl --category simple --n 50         # BFCL v4 AST accuracy
     posttrain eval --benchmark ifeval --n 64 --out runs/eval/ifeval.json
+    posttrain eval --benchmark ifbench-test --n 100 --max-new-tokens 512   # IFBench's first 100 test prompts
 
 ``--benchmark`` is repeatable and combines with ``--env``; ``--n`` limits each benchmark's items
-(per category for bfcl; default: all, and 64 instruction tasks for ifeval/ifbench); ``--split``
+(per category for bfcl; the first N prompts for ifbench-test; default: all, and 64 instruction
+tasks for ifeval/ifbench); ``--split``
 picks the split of our environments (``test``, the default, is for reported figures; ``dev`` for
 choosing settings). ``--out`` gets every item's record and the summary under ``benchmarks``.
 
@@ -59,7 +61,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env", action="append", metavar="NAME",
                    help="environment to evaluate (repeatable), or 'all' for every registered one")
     p.add_argument("--benchmark", action="append", metavar="NAME",
-                   help="external benchmark (repeatable): humaneval, bfcl, ifeval, ifbench")
+                   help="external benchmark (repeatable): humaneval, bfcl, ifeval, ifbench, ifbench-test")
     p.add_argument("--category", action="append", metavar="NAME",
                    help="bfcl categories (repeatable; default simple_python, multiple, parallel)")
     p.add_argument("--model", default="embedded", help="model spec: embedded, tiny-llama, or an HF directory")

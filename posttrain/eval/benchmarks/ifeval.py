@@ -231,17 +231,17 @@ PROBE_PROMPT = "Write a short text about the sea and the ships that sail on it e
 PROBE_TEXTS = {"prompt_to_repeat": PROBE_PROMPT, "reference_text": PROBE}
 
 
-def checker_status(benchmark: str, probe: str = PROBE) -> dict[str, str]:
-    """For every checker of the package's registry: "ok" if it builds (its other parameters drawn
-    at random, seeded) and checks a probe text offline, through ``evaluate_instructions`` too, else
-    why not (the NLTK resource it lacks, or the error). An empirical probe: a checker whose probe
-    path skips its tokenizer reads ok."""
+def checker_status(benchmark: str, probe: str = PROBE, reg: dict[str, Any] | None = None) -> dict[str, str]:
+    """For every checker of the package's registry (or ``reg``: another package's copy of
+    the same checkers): "ok" if it builds (its other parameters drawn at random, seeded) and checks
+    a probe text offline, through ``evaluate_instructions`` too, else why not (the NLTK resource it
+    lacks, or the error). An empirical probe: a checker whose probe path skips its tokenizer reads ok."""
     import inspect
 
     from if_verifiable.common import evaluate_instructions
 
     status = {}
-    reg = registry(benchmark)
+    reg = reg if reg is not None else registry(benchmark)
     for iid, cls in sorted(reg.items()):
         random.seed(0)
         try:
