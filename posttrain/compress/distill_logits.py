@@ -1,6 +1,6 @@
 """Knowledge distillation on logits: ``posttrain distill-logits --config recipes/distill_logits.yaml``.
 
-Minitron's recovery step after pruning (docs/recipe.md, "Compression: pruning and distillation"):
+Minitron's recovery step after pruning (docs/recipe.md §8; docs/prune.md):
 a student — usually ``posttrain prune``'s output — learns the next-token distributions of a
 teacher — usually the model it was cut from — on SFT-format conversations.
 

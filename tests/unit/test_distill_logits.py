@@ -164,6 +164,10 @@ def test_config_accepts_the_documented_example():
     cfg = load_config(DistillLogitsConfig, None, ["teacher.topk=64", "teacher.cache=c.safetensors",
                                                   "loss.temperature=2", "loss.ce_weight=0.1"])
     assert (cfg.teacher.topk, cfg.loss.temperature, cfg.loss.ce_weight) == (64, 2.0, 0.1)
+    from pathlib import Path
+
+    recipe = load_config(DistillLogitsConfig, Path(__file__).parents[2] / "recipes" / "distill_logits.yaml")
+    assert recipe.model == "runs/prune/model" and recipe.teacher.topk is None
 
 
 @pytest.fixture(scope="module")
