@@ -39,13 +39,25 @@ renormalised there* (:func:`topk_kl`). A dense, low-variance term next to a samp
 advantage, differentiated directly; its targets come from a scorer (``topk_ids_BTK`` /
 ``topk_target_logprobs_BTK``).
 
+``forward_kl`` — matching a target model's logits (Hinton et al. 2015's soft targets; Minitron's
+recovery after pruning): ``T² · KL(p_target^T ‖ p_θ^T)`` per trained token, where ``p^T`` is the
+softmax of the logits divided by the temperature T, plus ``ce_weight ×`` the token's negative log-likelihood
+(T = 1), token-normalised like ``ce`` (:func:`forward_kl`). The target is either the full vocabulary
+(``target_logprobs_BTK`` with K = V) or its top-k (``target_ids_BTK``): then the target is
+renormalised over its k ids, and the policy's log-probs at those ids are read from its
+*full-vocabulary* log-softmax, not renormalised. That choice makes the loss the cross-entropy of
+the renormalised target against the policy (up to the target's constant entropy): it is ≥ 0, 0 only
+when the policy puts exactly the target's renormalised mass on the k ids and nothing elsewhere, and
+its gradient also pushes down tokens outside the top-k (a policy renormalised over the k ids, as
+``topk_kl`` does, is blind to that mass). With k = V it is the full-vocabulary KL.
+
 ``dpo`` — rows come in pairs (chosen at even rows, rejected at odd rows); sequence log-probs are
 sums over the mask; with ``h = (πc−refc) − (πr−refr)``: ``sigmoid`` (DPO) ``−log σ(β·h)``, ``ipo``
 ``(h − 1/(2β))²``, plus optionally ``sft_coef ×`` the chosen reply's mean token NLL; summed over
 pairs and divided by ``num_pairs`` (the step's pair count, for gradient accumulation; default:
 the pairs of this micro-batch).
 
-Shape suffixes (see docs/algorithms.md): B rollouts, T token positions, V vocabulary.
+Shape suffixes (see docs/algorithms.md): B rollouts, T token positions, V vocabulary, K kept ids.
 """
 
 from __future__ import annotations
@@ -58,8 +70,8 @@ import torch
 import torch.nn.functional as F
 from pydantic import TypeAdapter
 
-from posttrain.configs.plugins import (CELossConfig, DPOLossConfig, LossConfig, LossTermConfig, PGLossConfig,
-                                       TopKKLConfig)
+from posttrain.configs.plugins import (CELossConfig, DPOLossConfig, ForwardKLLossConfig, LossConfig, LossTermConfig,
+                                       PGLossConfig, TopKKLConfig)
 from posttrain.registry import Registry
 
 Tensor = torch.Tensor
@@ -79,6 +91,9 @@ class LossInputs:
     topk_logprobs_BTK: Tensor | None = None  # topk_kl: π_θ at the target's top-k ids
     topk_target_logprobs_BTK: Tensor | None = None  # … and the target's log-probs of those ids
     num_pairs: float | None = None  # dpo: pairs in the whole step (normalisation under accumulation)
+    logits_BTV: Tensor | None = None  # forward_kl: the policy's logits at the trained positions (with grad)
+    target_logprobs_BTK: Tensor | None = None  # forward_kl: the target's log-probs at T = 1, all V or top-k
+    target_ids_BTK: Tensor | None = None  # forward_kl: the ids of a top-k target; None: K = V, in vocabulary order
 
 
 @dataclass
@@ -127,6 +142,32 @@ def topk_kl(policy_logprobs_BTK: Tensor, target_logprobs_BTK: Tensor,
     if direction == "forward":
         return (log_t.exp() * (log_t - log_s)).sum(dim=-1)
     return (log_s.exp() * (log_s - log_t)).sum(dim=-1)
+
+
+def forward_kl(logits_BTV: Tensor, target_logprobs_BTK: Tensor, temperature: float = 1.0,
+               target_ids_BTK: Tensor | None = None) -> Tensor:
+    """Per-token forward KL(p_target ‖ p_θ) between the two distributions softened by ``temperature``
+    (no T² factor here; the loss applies it).
+
+    ``target_logprobs_BTK``: the target's log-probs at temperature 1 (or its logits: only
+    differences within a position matter), over the whole vocabulary in id order (K = V,
+    ``target_ids_BTK`` None) or at its top-k ids ``target_ids_BTK``. Softening by T is exact from
+    either: the top-k of ``softmax(z / T)`` renormalised is ``softmax(z_topk / T)``, whatever T.
+    The top-k target is renormalised over its k ids; the policy's side is its full-vocabulary
+    log-softmax read at those ids (module docstring: why). The target carries no gradient.
+    """
+    log_p_BTV = torch.log_softmax(logits_BTV.float() / temperature, dim=-1)
+    log_t_BTK = torch.log_softmax(target_logprobs_BTK.detach().float() / temperature, dim=-1)
+    if target_ids_BTK is None:
+        if log_t_BTK.shape[-1] != log_p_BTV.shape[-1]:
+            raise ValueError(f"a full-vocabulary target needs K = V: got {log_t_BTK.shape[-1]} target log-probs "
+                             f"for {log_p_BTV.shape[-1]} logits (pass target_ids_BTK for a top-k target)")
+        log_p_BTK = log_p_BTV
+    else:
+        log_p_BTK = log_p_BTV.gather(-1, target_ids_BTK.long())
+    p_t_BTK = log_t_BTK.exp()
+    # 0 · log 0 = 0: a target id of probability 0 (log-prob −inf) adds nothing, not NaN
+    return torch.where(p_t_BTK > 0, p_t_BTK * (log_t_BTK - log_p_BTK), 0.0).sum(dim=-1)
 
 
 def importance_weights(
@@ -200,6 +241,20 @@ def cross_entropy_loss(x: LossInputs, cfg: CELossConfig | None = None) -> LossOu
     return LossOutput(loss, {"nll": _masked_mean(-x.logprobs_BT, mask)})
 
 
+def forward_kl_loss(x: LossInputs, cfg: ForwardKLLossConfig) -> LossOutput:
+    """``T² · forward_kl + ce_weight · NLL`` per trained token, token-normalised (module docstring)."""
+    if x.logits_BTV is None or x.target_logprobs_BTK is None:
+        raise ValueError("the forward_kl loss needs logits_BTV and target_logprobs_BTK (a stage that gives the "
+                         "target's log-probs at the trained tokens)")
+    mask = x.mask_BT.bool()
+    kl_BT = forward_kl(x.logits_BTV, x.target_logprobs_BTK, cfg.temperature, x.target_ids_BTK)
+    per_token = cfg.temperature ** 2 * kl_BT
+    if cfg.ce_weight:
+        per_token = per_token - cfg.ce_weight * x.logprobs_BT
+    loss = torch.where(mask, per_token, 0.0).sum() / _denominator(x, mask)
+    return LossOutput(loss, {"kl": _masked_mean(kl_BT, mask), "nll": _masked_mean(-x.logprobs_BT, mask)})
+
+
 def sequence_logprobs(logprobs_BT: Tensor, mask_BT: Tensor) -> Tensor:
     """Log-prob of each whole completion: the sum of its masked token log-probs."""
     return torch.where(mask_BT.bool(), logprobs_BT, 0.0).sum(dim=1)
@@ -261,6 +316,7 @@ LOSSES: Registry[Callable[[LossInputs, Any], LossOutput]] = Registry("loss")
 LOSSES.register("pg")(policy_gradient_loss)
 LOSSES.register("ce")(cross_entropy_loss)
 LOSSES.register("dpo")(dpo_loss)
+LOSSES.register("forward_kl")(forward_kl_loss)
 
 LOSS_TERMS: Registry[Callable[[LossInputs, Any], LossOutput]] = Registry("loss term")
 LOSS_TERMS.register("topk_kl")(topk_kl_term)

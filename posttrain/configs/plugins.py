@@ -12,9 +12,10 @@ A plug-in may be written as its bare name (``loss: pg``) when its defaults are w
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from posttrain.configs.base import StrictModel
 
@@ -97,8 +98,29 @@ class DPOLossConfig(StrictModel):
     """Weight of the added NLL term on the chosen replies (0: off)."""
 
 
+class ForwardKLLossConfig(StrictModel):
+    """Forward KL(target ‖ policy) per trained token on the policy's logits (``posttrain
+    distill-logits``, Hinton et al. 2015): both distributions softened by ``temperature``, the KL
+    scaled by T², plus ``ce_weight`` × cross-entropy on the data tokens (``losses.forward_kl``)."""
+
+    type: Literal["forward_kl"] = "forward_kl"
+    temperature: float = Field(1.0, gt=0)
+    """T: logits divided by T before both softmaxes; the KL is multiplied by T² so its gradient keeps
+    the scale of T = 1 (Hinton et al.)."""
+    ce_weight: float = Field(0.0, ge=0)
+    """Weight of the token-mean cross-entropy on the data's own tokens next to the KL (0: pure KL)."""
+
+    @field_validator("temperature", "ce_weight")
+    @classmethod
+    def _finite(cls, v: float) -> float:
+        if not math.isfinite(v):
+            raise ValueError("must be a finite number")
+        return v
+
+
 LossConfig = Annotated[
-    Union[PGLossConfig, CELossConfig, DPOLossConfig], Field(discriminator="type"), BeforeValidator(_bare_name)
+    Union[PGLossConfig, CELossConfig, DPOLossConfig, ForwardKLLossConfig], Field(discriminator="type"),
+    BeforeValidator(_bare_name)
 ]
 
 

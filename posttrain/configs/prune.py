@@ -1,8 +1,10 @@
-"""Configs of compression (``posttrain prune``; code in ``compress/``).
+"""Configs of compression (``posttrain prune`` and ``posttrain distill-logits``; code in ``compress/``).
 
 Checked before any model loads: an axis that cannot be cut the way asked (heads that do not split
 into the KV groups, more channels than the model has) is a one-line error from the pruner that
-compares the target with the model's config, also before any weight is read.
+compares the target with the model's config, also before any weight is read. Distillation checks
+its fields here (k ≥ 1, T > 0, a cache needs top-k) and, before any weight loads, that student and
+teacher share one tokenizer and one ``vocab_size`` (``compress/distill_logits.py``).
 """
 
 from __future__ import annotations
@@ -12,6 +14,9 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from posttrain.configs.base import StrictModel
+from posttrain.configs.plugins import ForwardKLLossConfig
+from posttrain.configs.sft import SFTDataConfig
+from posttrain.configs.train import LoopConfig, MoEConfig, OptimConfig
 
 
 class PruneTarget(StrictModel):
@@ -76,3 +81,46 @@ class PruneConfig(StrictModel):
     """Layer importance: 1 − cos(block input, block output) (one pass), or the drop of calibration
     log-likelihood when the block is skipped (one pass per block)."""
     seed: int = 0
+
+
+class LogitTeacherConfig(StrictModel):
+    """The model whose logits the student learns (usually the one that was pruned)."""
+
+    model: str = "embedded"
+    """Model spec: an HF directory (e.g. the SFT checkpoint before pruning), embedded or a tiny model."""
+    topk: int | None = Field(None, ge=1)
+    """None: the KL over the full vocabulary; k: over the teacher's k likeliest tokens per position,
+    renormalised (the student's log-probs are its full-vocabulary ones at those ids: docs/prune.md)."""
+    cache: str | None = None
+    """A file (safetensors): the teacher's top-k log-probs of every training and held-out row are
+    computed once, before step 1, written there and read back each step instead of a teacher forward
+    pass (needs ``topk``). A cache made for another teacher, other data or another k is refused."""
+
+    @model_validator(mode="after")
+    def _cache_needs_topk(self) -> "LogitTeacherConfig":
+        if self.cache is not None and self.topk is None:
+            raise ValueError("teacher.cache needs teacher.topk (a full-vocabulary cache holds V floats per token)")
+        return self
+
+
+class DistillLogitsTrainConfig(LoopConfig):
+    batch_size: int = Field(16, ge=1)
+    """Conversations per optimizer step (packed rows are the gradient-accumulation micro-batches)."""
+    eval_every: int = Field(0, ge=0)
+    """Held-out KL to the teacher every N steps (0: only at start and end)."""
+
+
+class DistillLogitsConfig(StrictModel):
+    """``posttrain distill-logits``: a student learns a teacher's next-token distributions on SFT data."""
+
+    model: str = "runs/prune/model"
+    """The student (usually ``posttrain prune``'s output)."""
+    run_dir: str = "runs/distill_logits"
+    teacher: LogitTeacherConfig = Field(default_factory=LogitTeacherConfig)
+    loss: ForwardKLLossConfig = Field(default_factory=ForwardKLLossConfig)
+    """Temperature and the weight of cross-entropy on the data, e.g. ``{temperature: 2, ce_weight: 0.1}``."""
+    data: SFTDataConfig = Field(default_factory=SFTDataConfig)
+    """SFT-format conversation JSONL, read, split and packed as ``posttrain sft`` does."""
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    moe: MoEConfig = Field(default_factory=MoEConfig)
+    train: DistillLogitsTrainConfig = Field(default_factory=DistillLogitsTrainConfig)

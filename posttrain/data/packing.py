@@ -38,6 +38,7 @@ class Batch:
     position_ids_BT: list[list[int]]
     attention_mask_BT: list[list[int]] | None  # None for packed rows (mask comes from positions)
     n_examples: int
+    members: list[int] | None = None  # which of the given examples the row holds, in row order
 
     @property
     def n_target_tokens(self) -> int:
@@ -90,7 +91,7 @@ def pack_examples(examples: Sequence[Example], max_len: int, pad_id: int) -> lis
             ids.extend(e.input_ids)
             labels.extend(t if m else IGNORE for t, m in zip(e.input_ids, e.loss_mask))
             pos.extend(range(len(e)))
-        rows.append(Batch([ids], [labels], [pos], None, len(members)))
+        rows.append(Batch([ids], [labels], [pos], None, len(members), sorted(members)))
     return rows
 
 
@@ -108,7 +109,7 @@ def pad_examples(examples: Sequence[Example], max_len: int, pad_id: int, rows_pe
             labels.append([t if m else IGNORE for t, m in zip(e.input_ids, e.loss_mask)] + [IGNORE] * pad)
             pos.append(list(range(len(e))) + [0] * pad)
             att.append([1] * len(e) + [0] * pad)
-        out.append(Batch(ids, labels, pos, att, len(group)))
+        out.append(Batch(ids, labels, pos, att, len(group), list(range(s, s + len(group)))))
     return out
 
 

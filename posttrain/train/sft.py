@@ -158,13 +158,14 @@ class SFTStage:
 
     name = "sft"
     balance_loss = True  # routers train in SFT: the load-balancing loss applies
+    val_metric = "val_loss"  # what ``heldout()`` measures, as logged
 
-    def __init__(self, cfg: SFTConfig, t: Trainer) -> None:
+    def __init__(self, cfg: SFTConfig, t: Trainer, data: SFTData | None = None) -> None:
         from posttrain.models.facts import use_packing
 
         self.cfg, self.t = cfg, t
         self.pack = use_packing(t.model, cfg.data.pack)
-        self.data = load_sft_data(cfg, t.tokenizer)
+        self.data = data if data is not None else load_sft_data(cfg, t.tokenizer)
         self.plan = step_plan([len(d) for d in self.data.train], self.data.weights, cfg.train.batch_size,
                               cfg.train.steps, cfg.train.seed)
         self.tokens_trained = 0
@@ -180,7 +181,7 @@ class SFTStage:
         if self.val_before is not None:
             return {}
         self.val_before = self.heldout()
-        return {"val_loss": self.val_before}
+        return {self.val_metric: self.val_before}
 
     def prepare(self, step: int) -> StepBatch:
         from posttrain.data.packing import trainable_rows
@@ -188,9 +189,13 @@ class SFTStage:
         examples = [self.data.train[d][i] for d, i in self.plan[step]]
         rows = trainable_rows(examples, self.cfg.data.max_seq_len, self.t.pad_id, self.pack)
         self._num_tokens = sum(r.n_target_tokens for r in rows)  # token mean over the whole step
-        return StepBatch([r.to_tensors(self.t.device) for r in rows],
+        return StepBatch([self.micro(step, r) for r in rows],
                          {"target_tokens": self._num_tokens, "rows": len(rows),
                           "tokens": sum(len(x) for r in rows for x in r.input_ids_BT)})
+
+    def micro(self, step: int, row: Any) -> dict[str, Any]:
+        """One packed row of step ``step`` as model inputs (``row.members`` index ``self.plan[step]``)."""
+        return row.to_tensors(self.t.device)
 
     def loss_inputs(self, model: Any, micro: dict[str, Any]) -> Any:
         from posttrain.algos.losses import LossInputs
@@ -206,7 +211,7 @@ class SFTStage:
         m["tokens_per_s"] = m["tokens"] / m["step_s"]
         every = self.cfg.train.eval_every
         if done == self.cfg.train.steps or (every and done % every == 0):
-            m["val_loss"] = self.val_after = self.heldout()
+            m[self.val_metric] = self.val_after = self.heldout()
         return m
 
     def state_dict(self) -> dict[str, Any]:

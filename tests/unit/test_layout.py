@@ -31,7 +31,8 @@ def test_no_function_over_80_lines(folder):
 
 @pytest.mark.parametrize("module, entry", [("train/sft.py", "train_sft"), ("train/rl.py", "train_rl"),
                                            ("distill/stage.py", "train_distill"), ("train/dpo.py", "train_dpo"),
-                                           ("train/rlhf.py", "train_rlhf"), ("train/rlhf.py", "train_genrm")])
+                                           ("train/rlhf.py", "train_rlhf"), ("train/rlhf.py", "train_genrm"),
+                                           ("compress/distill_logits.py", "train_distill_logits")])
 def test_stage_entries_fit_one_screen(module, entry):
     sizes = dict(_functions(PKG / module))
     assert sizes[entry] <= 60, sizes[entry]
@@ -47,6 +48,6 @@ def test_no_distillation_branches_in_the_loop_or_the_losses():
 def test_configs_import_without_torch():
     code = ("import sys; import posttrain.configs.sft, posttrain.configs.rl, posttrain.configs.distill, "
             "posttrain.configs.pipeline, posttrain.configs.plugins, posttrain.configs.rlhf, posttrain.configs.dpo, "
-            "posttrain.configs.scale, posttrain.configs.curate; "
+            "posttrain.configs.scale, posttrain.configs.curate, posttrain.configs.prune; "
             "assert 'torch' not in sys.modules, 'configs pulled in torch'")
     subprocess.run([sys.executable, "-c", code], check=True)
