@@ -48,10 +48,12 @@ ROOT = Path(__file__).resolve().parents[1]
 PARTS = ("env", "sft", "grpo_vllm", "fsdp2")
 SHAPE_DIR = ROOT / ".gpu_check" / "smollm2-shape"  # config + tokenizer of the embedded model (gpu_check_pack.sh)
 
-# Modules that the parts import (outside the standard library): read off a CPU-smoke run's
-# sys.modules (`python bench/gpu_check.py imports`). vllm is the grpo_vllm part's own check.
-NEEDED = ("torch", "transformers", "safetensors", "tokenizers", "accelerate", "peft", "pydantic", "yaml",
-          "tqdm", "numpy", "jinja2", "math_verify", "latex2sympy2_extended", "sympy", "jsonschema")
+# Modules the parts import (outside the standard library) that may be missing on a GPU machine's image:
+# read off a CPU-smoke run (every part's sys.modules, through `python bench/gpu_check.py imports`), less
+# what transformers or torch import only when present. pydantic (configs), jsonschema (tool environments)
+# and fastapi/starlette (serving, imported by build_envs) are what the lent machine's image lacks.
+NEEDED = ("torch", "transformers", "safetensors", "tokenizers", "accelerate", "pydantic", "yaml", "tqdm",
+          "numpy", "jinja2", "jsonschema", "fastapi", "starlette")
 
 # Sizes: (GPU, CPU smoke). The GPU sizes keep the whole check under ~8 minutes on one H200.
 SIZES = {
@@ -66,7 +68,7 @@ def cuda_guard(cpu_smoke: bool, cuda_available: bool) -> str | None:
     """None when the check may run; else the one line that says why not."""
     if cuda_available or cpu_smoke:
         return None
-    return ("gpu_check: no CUDA device here (torch.cuda.is_available() is False); run it on a GPU machine "
+    return ("no CUDA device here (torch.cuda.is_available() is False); run it on a GPU machine "
             "(docs/scale.md, 'GPU check'), or pass --cpu-smoke to exercise the script on this CPU")
 
 
@@ -212,7 +214,7 @@ def part_sft(a: argparse.Namespace) -> dict[str, Any]:
 def rl_args(a: argparse.Namespace, run: Path, engine: str) -> list[str]:
     s = SIZES["rl"][a.size]
     return ["rl", "--no-progress", f"model={model_spec(a.work)}", f"run_dir={run}",
-            "envs=[{name: math, train_tasks: 64, val_tasks: 0}]", "curriculum.kind=random",
+            "envs=[{name: arithmetic, train_tasks: 64, val_tasks: 0}]", "curriculum.kind=random",
             f"train.steps={s['steps']}", "train.eval_every=0", "train.save_every=0", "train.plot=false",
             f"train.precision={'fp32' if a.cpu_smoke else 'bf16'}",
             f"rollout.prompts_per_step={s['prompts']}", f"rollout.group_size={s['group']}",

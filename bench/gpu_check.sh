@@ -83,6 +83,11 @@ run_part() {  # run_part NAME BOUND_S PYTHON: one part, bounded; its exit status
 }
 
 run_part env "$BOUND_ENV" "$PY"
+if [ "${STATUS[0]}" != "env=0" ]; then  # no CUDA, missing modules or no model: the other parts need them
+  why=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["why"])' "$WORK/env.result.json" 2>/dev/null || true)
+  say "gpu_check: ${why:-the env part failed (see $LOG)}"
+  PARTS=""
+fi
 for part in $PARTS; do
   case "$part" in
     sft) run_part sft "$BOUND_SFT" "$PY" ;;
