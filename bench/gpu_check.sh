@@ -109,7 +109,7 @@ rc=0
 "$PY" bench/gpu_check.py summary --work "$WORK" --results "$RESULTS" "${SMOKE[@]}" --status "${STATUS[@]}" \
   2>&1 | tee -a "$LOG" || rc=$?
 if [ -n "${OUT:-}" ]; then  # each run's metrics come back too (at most 8 files from $OUT)
-  for d in sft grpo_vllm fsdp2_plain fsdp2_fsdp2; do
+  for d in sft grpo_vllm grpo_hf; do
     [ -f "$WORK/$d/metrics.jsonl" ] && cp "$WORK/$d/metrics.jsonl" "$OUT/${d}_metrics.jsonl"
   done
 fi
