@@ -24,12 +24,13 @@ with the GPU, split none) and the ``RESULT gpu_check:`` line.
   vLLM's model runner (the in-process weight sync; the NCCL sync of ``scale.weight_sync: nccl`` needs
   Ray and a trainer actor apart from vLLM: not this part). Skipped, saying why, where vLLM does not
   import in this interpreter.
-* ``fsdp2`` — the same 3-step GRPO with the HF engine, twice: one plain trainer, then the trainer
-  sharded by FSDP2 (``train/sharding.py``: a process group of one rank — nccl on CUDA, gloo in the
-  CPU smoke — every decoder layer and the root ``fully_shard``-ed, the update and the checkpoint's
-  full-state gather through the sharded code). ``scale.trainer.count > 1`` needs Ray and one GPU per
-  rank; one GPU gives one rank, so this is the FSDP2 code path, not a speed-up. Same rewards expected
-  at every step; the loss difference is printed.
+* ``fsdp2`` — (1) the same 3-step GRPO with the HF engine and one trainer (GRPO on the device without
+  vLLM); (2) the loop's ``update`` on a fixed batch of random rows, one trainer against FSDP2
+  (``train/sharding.py: shard_model`` over a process group of one rank — nccl on CUDA, gloo in the CPU
+  smoke), then the weight sync's full-state gather (``scale/weight_sync.py: state_tensors``); the two
+  losses must agree. ``scale.trainer.count > 1`` runs ranks as Ray actors, one GPU each, sampling
+  through Ray rollout workers; one GPU gives one rank, so this is the FSDP2 code path, not a speed-up.
+  (``posttrain rl`` on an FSDP2-wrapped module in process cannot sample: docs/scale.md, "GPU check".)
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ SIZES = {
     "sft": {"gpu": dict(steps=20, batch=128, seq=2048, rows=3000), "cpu": dict(steps=2, batch=4, seq=256, rows=40)},
     "rl": {"gpu": dict(steps=3, prompts=16, group=8, tokens=256, batch=128),
            "cpu": dict(steps=3, prompts=2, group=2, tokens=8, batch=4)},
-    "fsdp2": {"gpu": dict(steps=4, rows=32, seq=1024, micro_rows=8), "cpu": dict(steps=2, rows=4, seq=64, micro_rows=2)},
+    "fsdp2": {"gpu": dict(steps=4, rows=32, seq=1024, micro_rows=8),
+              "cpu": dict(steps=2, rows=4, seq=64, micro_rows=2)},
 }
 
 
@@ -138,8 +140,9 @@ def prepare_model(work: Path, mode: str, layers: int | None) -> dict[str, Any]:
         if f.is_file() and not f.name.endswith(".safetensors") and f.name != "config.json":
             shutil.copy(f, out / f.name)
     n = sum(p.numel() for p in model.parameters())
+    where = shape.relative_to(ROOT) if shape.is_relative_to(ROOT) else shape
     return {"spec": str(out), "kind": f"SmolLM2-135M shape, random weights, {cfg.num_hidden_layers} layers, "
-                                      f"{n / 1e6:.1f}M params (from {shape.relative_to(ROOT) if shape.is_relative_to(ROOT) else shape})"}
+                                      f"{n / 1e6:.1f}M params (from {where})"}
 
 
 def part_env(a: argparse.Namespace) -> dict[str, Any]:
@@ -202,7 +205,8 @@ def part_sft(a: argparse.Namespace) -> dict[str, Any]:
     tokens = sum(m["tokens"] for m in steps) / len(steps)
     print(f"[sft] {len(steps)} steps, {tokens:.0f} tokens/step ({s['batch']} conversations packed into rows of "
           f"{s['seq']}), {precision}: {tok_s[0]:.0f} tokens/s, {step_s[0]:.3f} s/step (steps 2..; first step "
-          f"{steps[0]['step_s']:.3f} s), loss {steps[0].get('loss', float('nan')):.3f} -> {steps[-1].get('loss', float('nan')):.3f}")
+          f"{steps[0]['step_s']:.3f} s), loss {steps[0].get('loss', float('nan')):.3f} -> "
+          f"{steps[-1].get('loss', float('nan')):.3f}")
     return write_result(a.work, "sft", "ok", precision=precision, steps=len(steps), tokens_per_step=tokens,
                         tokens_per_s=tok_s, step_s=step_s, first_step_s=steps[0]["step_s"],
                         loss=[steps[0].get("loss"), steps[-1].get("loss")], sizes=s)
@@ -372,7 +376,8 @@ def part_fsdp2(a: argparse.Namespace) -> dict[str, Any]:
         print(f"[fsdp2: {name}] update {r['update_s'][0]:.3f} s ({r['tokens_per_s']:.0f} tokens/s; first "
               f"{r['first_update_s']:.3f} s), {r['mib_held']:.0f} MiB params+grads+AdamW, params {r['param_type']}, "
               f"full-state gather {r['state_gather_s']:.3f} s ({r['state_tensors']} tensors), loss {r['loss']:.6f}")
-    print(f"[fsdp2] {s['rows']} rows x {s['seq']} tokens, micro-batches of {s['micro_rows']} rows, {s['steps']} updates: "
+    print(f"[fsdp2] {s['rows']} rows x {s['seq']} tokens, micro-batches of {s['micro_rows']} rows, "
+          f"{s['steps']} updates: "
           f"last loss {one['loss']:.6f} one trainer vs {fsdp['loss']:.6f} sharded ({'agree' if same else 'DIFFER'})")
     if not same:
         return write_result(a.work, "fsdp2", "failed", f"sharded loss {fsdp['loss']} vs one trainer {one['loss']}",
@@ -416,11 +421,11 @@ def part_summary(a: argparse.Namespace) -> int:
                    f"exited {rc} without a result (traceback in the log)")
             r = {"part": name, "status": "failed", "why": why}
         results[name] = r
-    extra = {"gpu": os.environ.get("GPU_CHECK_NVIDIA_SMI") or "n/a", "mode": "cpu-smoke" if a.cpu_smoke else "gpu"}
+    extra = {"gpu": os.environ.get("GPU_CHECK_NVIDIA_SMI") or "n/a"}  # nvidia-smi's name, memory.total
     command = os.environ.get("GPU_CHECK_COMMAND") or "bash bench/gpu_check.sh"
     for name, r in results.items():
         append_row(a.results, {"bench": "gpu_check", **r, **provenance("none", machine_now(**extra)),
-                               "command": command, "mode": extra["mode"]})
+                               "command": command, "mode": "cpu-smoke" if a.cpu_smoke else "gpu"})
     print(f"[summary] rows: {a.results}")
     line = summary_line(results)
     print(line)
@@ -458,7 +463,8 @@ def main(argv: list[str] | None = None) -> int:
         import traceback
 
         traceback.print_exc()
-        res = write_result(a.work, a.part, "failed", f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}")
+        first = str(e).splitlines()[0][:300] if str(e) else ""
+        res = write_result(a.work, a.part, "failed", f"{type(e).__name__}: {first}")
     print(f"[{a.part}] {res['status']} in {time.perf_counter() - t0:.1f} s", flush=True)
     return 0 if res["status"] in ("ok", "skipped") else 1
 

@@ -66,7 +66,9 @@ fi
 say() { echo "$*" | tee -a "$LOG"; }
 GPU=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | paste -sd';' || true)
 export GPU_CHECK_NVIDIA_SMI=${GPU:-n/a} GPU_CHECK_COMMAND=$CMDLINE
-say "== gpu_check $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $(getconf _NPROCESSORS_ONLN) cores, GPU: ${GPU:-none (nvidia-smi: none)}"
+COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+say "== gpu_check $(date -u +%FT%TZ), commit $COMMIT, $(getconf _NPROCESSORS_ONLN) cores," \
+  "GPU: ${GPU:-none (nvidia-smi: none)}"
 STATUS=()
 
 run_part() {  # run_part NAME BOUND_S PYTHON: one part, bounded; its exit status recorded, never fatal
@@ -77,14 +79,16 @@ run_part() {  # run_part NAME BOUND_S PYTHON: one part, bounded; its exit status
     >"$WORK/$name.log" 2>&1 || rc=$?
   cat "$WORK/$name.log" >>"$LOG"
   grep -a "^\[$name\|^\[fsdp2: " "$WORK/$name.log" | tail -n 12 || true  # the part's own lines
-  [ "$rc" -eq 0 ] || say "FAILED $name: exit $rc$([ "$rc" -ge 124 ] && echo " (timed out after ${bound}s)") — see $LOG"
+  [ "$rc" -eq 0 ] || say "FAILED $name: exit $rc$([ "$rc" -ge 124 ] && echo " (timed out after ${bound}s)"),"\
+    "see $LOG"
   say "   $name: exit $rc in $(( $(date +%s) - t0 )) s"
   STATUS+=("$name=$rc")
 }
 
 run_part env "$BOUND_ENV" "$PY"
 if [ "${STATUS[0]}" != "env=0" ]; then  # no CUDA, missing modules or no model: the other parts need them
-  why=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["why"])' "$WORK/env.result.json" 2>/dev/null || true)
+  why=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["why"])' "$WORK/env.result.json" \
+    2>/dev/null || true)
   say "gpu_check: ${why:-the env part failed (see $LOG)}"
   PARTS=""
 fi

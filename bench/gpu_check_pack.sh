@@ -54,4 +54,5 @@ EOF
 SRC=$("$PY" -c "from posttrain.models.loading import convert_embedded; print(convert_embedded())")
 find "$SRC" -maxdepth 1 -type f ! -name '*.safetensors' -exec cp {} "$DIR/smollm2-shape/" \;
 du -sh "$DIR/whl" "$DIR/smollm2-shape"
-echo "tracked tree: $(git ls-files -z | du -cb --files0-from=- | tail -1 | cut -f1) bytes; carried: $(du -sb "$DIR" | cut -f1) bytes (limit 64 MiB = 67108864 together)"
+TREE=$(git ls-files -z | du -cb --files0-from=- | tail -1 | cut -f1)
+echo "tracked tree: $TREE bytes; carried: $(du -sb "$DIR" | cut -f1) bytes (limit 64 MiB = 67108864 together)"

@@ -48,8 +48,8 @@ def test_the_script_stops_at_the_guard_on_this_cpu(tmp_path, gpu_check):
         pytest.skip("a CUDA device is here: the guard lets the check run")
     env = {k: v for k, v in os.environ.items() if k != "OUT"}
     env.update(OMP_NUM_THREADS="1", PYTHON=sys.executable)
-    out = subprocess.run(["bash", str(SCRIPT), "--work", str(tmp_path / "work"), "--results", str(tmp_path / "rows.jsonl")],
-                         capture_output=True, text=True, timeout=300, env=env)
+    args = ["--work", str(tmp_path / "work"), "--results", str(tmp_path / "rows.jsonl")]
+    out = subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 1, out.stdout + out.stderr
     assert "gpu_check: " + gpu_check.cuda_guard(False, False) in out.stdout.splitlines()  # the one line
     assert "== sft" not in out.stdout and "== fsdp2" not in out.stdout  # nothing else ran
