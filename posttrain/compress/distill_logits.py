@@ -45,7 +45,7 @@ from posttrain.compress.teacher_cache import TeacherCache, targets_from_logits
 from posttrain.configs.prune import DistillLogitsConfig
 from posttrain.errors import UserError
 from posttrain.train.loop import Trainer
-from posttrain.train.sft import SFTData, SFTStage
+from posttrain.train.sft import SFTData, SFTStage, finish
 
 
 class VocabMismatch(UserError, ValueError):
@@ -199,7 +199,6 @@ def train_distill_logits(cfg: DistillLogitsConfig, progress: bool = True, stop_a
     from posttrain.algos.losses import make_loss
     from posttrain.compress.teacher_cache import check_cache, fingerprint
     from posttrain.train import loop
-    from posttrain.train.checkpoint import latest_checkpoint
     from posttrain.train.sft import check_data_files, load_sft_data
 
     t_start = time.time()
@@ -214,11 +213,6 @@ def train_distill_logits(cfg: DistillLogitsConfig, progress: bool = True, stop_a
     teacher, cache = teacher_source(cfg, t, data, meta)
     stage = DistillLogitsStage(cfg, t, data, teacher, cache)
     loop.run(t, stage, make_loss(cfg.loss), progress, stop_after)
-    if stop_after is not None and stop_after < cfg.train.steps:
-        stage.val_after = float("nan")  # stopped early: no final held-out figure
-    if stage.val_after is None:  # resumed after the last step: nothing ran, measure anyway
-        stage.val_after = stage.heldout()
-    ckpt = latest_checkpoint(cfg.run_dir)
-    assert ckpt is not None and stage.val_before is not None
-    return DistillLogitsResult(Path(cfg.run_dir), ckpt, cfg.train.steps, stage.val_before, stage.val_after,
-                               stage.tokens_trained, time.time() - t_start)
+    ckpt, before, after = finish(stage, cfg, stop_after)
+    return DistillLogitsResult(Path(cfg.run_dir), ckpt, cfg.train.steps, before, after, stage.tokens_trained,
+                               time.time() - t_start)

@@ -15,8 +15,8 @@ from pydantic import Field, model_validator
 
 from posttrain.configs.base import StrictModel
 from posttrain.configs.plugins import ForwardKLLossConfig
-from posttrain.configs.sft import SFTDataConfig
-from posttrain.configs.train import LoopConfig, MoEConfig, OptimConfig
+from posttrain.configs.sft import SFTDataConfig, SFTTrainConfig
+from posttrain.configs.train import MoEConfig, OptimConfig
 
 
 class PruneTarget(StrictModel):
@@ -103,9 +103,9 @@ class LogitTeacherConfig(StrictModel):
         return self
 
 
-class DistillLogitsTrainConfig(LoopConfig):
-    batch_size: int = Field(16, ge=1)
-    """Conversations per optimizer step (packed rows are the gradient-accumulation micro-batches)."""
+class DistillLogitsTrainConfig(SFTTrainConfig):
+    """SFT's loop settings; only what ``eval_every`` measures differs."""
+
     eval_every: int = Field(0, ge=0)
     """Held-out KL to the teacher every N steps (0: only at start and end)."""
 

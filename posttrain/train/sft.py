@@ -240,18 +240,26 @@ def train_sft(cfg: SFTConfig, progress: bool = True, stop_after: int | None = No
     ``stop_after`` (tests) returns right after that step as if the process had been killed there."""
     from posttrain.algos.losses import make_loss
     from posttrain.train import loop
-    from posttrain.train.checkpoint import latest_checkpoint
 
     t_start = time.time()
     check_data_files(cfg)
     t = loop.setup(cfg, lora=cfg.lora)
     stage = SFTStage(cfg, t)
     loop.run(t, stage, make_loss("ce"), progress, stop_after)
+    ckpt, before, after = finish(stage, cfg, stop_after)
+    return SFTResult(Path(cfg.run_dir), ckpt, cfg.train.steps, before, after, stage.tokens_trained,
+                     time.time() - t_start)
+
+
+def finish(stage: Any, cfg: Any, stop_after: int | None) -> tuple[Path, float, float]:
+    """(last checkpoint, held-out figure before, after) once ``loop.run`` returns, for SFTStage and the
+    stages built on it: NaN after when stopped early, measured now when a resumed run had nothing left."""
+    from posttrain.train.checkpoint import latest_checkpoint
+
     if stop_after is not None and stop_after < cfg.train.steps:
-        stage.val_after = float("nan")  # stopped early: no final held-out loss
+        stage.val_after = float("nan")  # stopped early: no final held-out figure
     if stage.val_after is None:  # resumed after the last step: nothing ran, measure anyway
         stage.val_after = stage.heldout()
     ckpt = latest_checkpoint(cfg.run_dir)
     assert ckpt is not None and stage.val_before is not None
-    return SFTResult(Path(cfg.run_dir), ckpt, cfg.train.steps, stage.val_before, stage.val_after,
-                     stage.tokens_trained, time.time() - t_start)
+    return ckpt, stage.val_before, stage.val_after
