@@ -119,7 +119,7 @@ def prepare_model(work: Path, mode: str, layers: int | None) -> dict[str, Any]:
         from posttrain.models.loading import resolve_spec
 
         resolve_spec(EMBEDDED)  # converts the GGUF once (posttrain setup does the same)
-        return {"spec": EMBEDDED, "kind": "embedded SmolLM2-135M-Instruct"}
+        return {"spec": EMBEDDED, "kind": "embedded SmolLM2-135M-Instruct", "params": 134_515_008}
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -141,7 +141,7 @@ def prepare_model(work: Path, mode: str, layers: int | None) -> dict[str, Any]:
             shutil.copy(f, out / f.name)
     n = sum(p.numel() for p in model.parameters())
     where = shape.relative_to(ROOT) if shape.is_relative_to(ROOT) else shape
-    return {"spec": str(out), "kind": f"SmolLM2-135M shape, random weights, {cfg.num_hidden_layers} layers, "
+    return {"spec": str(out), "params": n, "kind": f"SmolLM2-135M shape, random weights, {cfg.num_hidden_layers} layers, "
                                       f"{n / 1e6:.1f}M params (from {where})"}
 
 
@@ -171,7 +171,26 @@ def part_env(a: argparse.Namespace) -> dict[str, Any]:
     model = prepare_model(a.work, a.model, 2 if a.cpu_smoke else None)
     (a.work / "model.json").write_text(json.dumps(model) + "\n")
     print(f"[env] model: {model['kind']}")
-    return write_result(a.work, "env", "ok", model=model["kind"], **facts)
+    if facts["cuda_available"]:  # the anchor SFT's share is read against, measured in the same run
+        facts["bf16_matmul_tflops"] = matmul_peak_tflops()
+        print(f"[env] bf16 matmul 8192^3: {facts['bf16_matmul_tflops']:.0f} TFLOP/s (mean of 10 after 3 warm-ups)")
+    return write_result(a.work, "env", "ok", model=model["kind"], params=model.get("params"), **facts)
+
+
+def matmul_peak_tflops(n: int = 8192, reps: int = 10) -> float:
+    """The bf16 matrix rate on this GPU, measured: the denominator of SFT's model-FLOP share."""
+    import torch
+
+    x, y = (torch.randn(n, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    for _ in range(3):
+        x @ y
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        x @ y
+    end.record()
+    torch.cuda.synchronize()
+    return 2 * n**3 * reps / (start.elapsed_time(end) / 1e3) / 1e12
 
 
 def model_spec(work: Path) -> str:
@@ -207,7 +226,14 @@ def part_sft(a: argparse.Namespace) -> dict[str, Any]:
           f"{s['seq']}), {precision}: {tok_s[0]:.0f} tokens/s, {step_s[0]:.3f} s/step (steps 2..; first step "
           f"{steps[0]['step_s']:.3f} s), loss {steps[0].get('loss', float('nan')):.3f} -> "
           f"{steps[-1].get('loss', float('nan')):.3f}")
-    return write_result(a.work, "sft", "ok", precision=precision, steps=len(steps), tokens_per_step=tokens,
+    env = json.loads((a.work / "env.result.json").read_text())
+    mfu = None
+    if env.get("bf16_matmul_tflops") and env.get("params"):
+        # model FLOPs: 6 per parameter per token (forward + backward), attention's own term left out
+        mfu = 6 * env["params"] * tok_s[0] / (env["bf16_matmul_tflops"] * 1e12)
+        print(f"[sft] {100 * mfu:.1f}% of the measured bf16 matmul rate ({env['bf16_matmul_tflops']:.0f} TFLOP/s; "
+              f"6 x {env['params'] / 1e6:.1f}M params x tokens/s)")
+    return write_result(a.work, "sft", "ok", precision=precision, steps=len(steps), tokens_per_step=tokens, mfu=mfu,
                         tokens_per_s=tok_s, step_s=step_s, first_step_s=steps[0]["step_s"],
                         loss=[steps[0].get("loss"), steps[-1].get("loss")], sizes=s)
 
@@ -395,7 +421,8 @@ def summary_line(results: dict[str, dict[str, Any]]) -> str:
         if r["status"] != "ok":
             parts.append(f"{name} {r['status'].upper()}")
         elif name == "sft":
-            parts.append(f"sft {r['tokens_per_s'][0]:.0f} tok/s {r['step_s'][0]:.3f} s/step")
+            parts.append(f"sft {r['tokens_per_s'][0]:.0f} tok/s {r['step_s'][0]:.3f} s/step" +
+                         (f" ({100 * r['mfu']:.1f}% of bf16 matmul)" if r.get("mfu") else ""))
         elif name == "grpo_vllm":
             parts.append(f"grpo_vllm {r['step_s'][0]:.2f} s/step (generate {r['time_generate_s'][0]:.2f} s, "
                          f"update {r['time_update_s'][0]:.2f} s)")
