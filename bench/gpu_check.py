@@ -54,7 +54,10 @@ SHAPE_DIR = ROOT / ".gpu_check" / "smollm2-shape"  # config + tokenizer of the e
 # what transformers or torch import only when present. pydantic (configs), jsonschema (tool environments)
 # and fastapi/starlette (serving, imported by build_envs) are what the lent machine's image lacks.
 NEEDED = ("torch", "transformers", "safetensors", "tokenizers", "accelerate", "pydantic", "yaml", "tqdm",
-          "numpy", "jinja2", "jsonschema", "fastapi", "starlette")
+          "numpy", "jinja2", "jsonschema", "fastapi", "starlette",
+          # imported on a verifier's first use, so a smoke whose random model never writes an answer misses
+          # it; the first GPU run (2026-12-04) failed on it in fsdp2's GRPO
+          "math_verify", "latex2sympy2_extended", "antlr4")
 
 # Sizes: (GPU, CPU smoke). The GPU sizes keep the whole check under ~8 minutes on one H200.
 SIZES = {

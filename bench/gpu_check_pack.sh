@@ -18,7 +18,8 @@ HAVE="annotated-doc anyio attrs typing-extensions zipp idna sniffio"
 WHEELS=(pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5
         jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1
         fastapi==0.165.0 starlette==1.10.0 opentelemetry-api==1.44.0 importlib-metadata==8.7.0
-        typing-extensions==4.16.0)  # typing-extensions: pydantic 2.14 needs >= 4.16, newer than torch's images carry
+        typing-extensions==4.16.0 math-verify==0.9.0 latex2sympy2-extended==1.11.0
+        antlr4-python3-runtime==4.13.2)  # typing-extensions: pydantic 2.14 needs >= 4.16, newer than torch's images carry
 PLAT=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64
       --platform manylinux2014_x86_64 --platform manylinux1_x86_64)
 rm -rf "$DIR/whl" "$DIR/smollm2-shape"
@@ -42,7 +43,8 @@ for whl in Path(sys.argv[1]).glob("*.whl"):
     carried.add(norm(whl.name.split("-")[0]))
     meta = next(n for n in zipfile.ZipFile(whl).namelist() if n.endswith(".dist-info/METADATA"))
     for line in zipfile.ZipFile(whl).read(meta).decode().splitlines():
-        if line.startswith("Requires-Dist:") and "extra ==" not in line and "python_version < '3.1" not in line:
+        if (line.startswith("Requires-Dist:") and "extra ==" not in line  # for Pythons before 3.12: not ours
+                and not re.search(r"python_version\s*<\s*['\"]3\.([0-9]|1[01])['\"]", line)):
             needs.setdefault(norm(re.split(r"[ ;<>=!~\[(]", line.split(":", 1)[1].strip())[0]), []).append(whl.name)
 missing = {n: w for n, w in needs.items() if n not in carried and n not in image}
 if missing:

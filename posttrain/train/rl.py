@@ -166,8 +166,10 @@ def rl_loss_inputs(model: Any, rollouts: Sequence[Rollout], batch: Any, advantag
                 "topk_target_logprobs_BTK": batch.extras["topk_target_logprobs_BTK"][idx]}
         lps = [lp[:, 0] for lp in lps]
     logprobs_BT = torch.stack([F.pad(lp, (0, T - lp.shape[0])) for lp in lps])
-    return LossInputs(logprobs_BT, batch.mask_BT.bool()[idx], advantages_BT[idx], None, batch.sampler_logprobs_BT[idx],
-                      num_tokens=float(batch.mask_BT.sum()), **topk)
+    dev = logprobs_BT.device  # the batch's signal is built on the CPU; the trainer may be on a GPU
+    topk = {k: v.to(dev) for k, v in topk.items()}
+    return LossInputs(logprobs_BT, batch.mask_BT.bool()[idx].to(dev), advantages_BT[idx].to(dev), None,
+                      batch.sampler_logprobs_BT[idx].to(dev), num_tokens=float(batch.mask_BT.sum()), **topk)
 
 
 def step_metrics(rollouts: list[Rollout], names: list[str]) -> dict[str, Any]:

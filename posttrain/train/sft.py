@@ -140,10 +140,11 @@ def heldout_loss(model: Any, examples: list[Any], max_len: int, pack: bool, pad_
         return EvalStats(float("nan"), 0)
     was_training = model.training
     model.eval()
+    device = str(next(model.parameters()).device)  # rows are built on the CPU; the model may be on a GPU
     total, n = 0.0, 0
     with torch.no_grad(), autocast_ctx():
         for r in rows:
-            lp, mask = row_logprobs(model, r.to_tensors())
+            lp, mask = row_logprobs(model, r.to_tensors(device))
             total -= float(lp[mask].sum())
             n += int(mask.sum())
     model.train(was_training)
