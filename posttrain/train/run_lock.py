@@ -7,6 +7,9 @@ results and metrics lines, and the run resumes from a mix of both. The lock is `
 included), so a stale lock cannot block a resume, and the file names its holder for the message.
 ``clear`` empties a held directory for ``--fresh`` but keeps the lock file, whose inode is what
 a second process would lock: deleting it would let that process lock a new file beside ours.
+A lock file with other hard links (a run directory copied with ``cp -al`` to branch a run off its
+finished stages) is unlinked here and made anew first: else the copy and the original share one
+inode, and a run in either blocks the other (it happened, 2026-12-04: :func:`_own_lock_file`).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ def hold(run_dir: Path, what: str) -> Iterator[Path]:
 
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
+        _own_lock_file(run_dir)
         fd = os.open(run_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as e:
         raise RunDirError(f"cannot write the run directory {run_dir} ({e.strerror}): set run_dir= to a "
@@ -52,6 +56,28 @@ def hold(run_dir: Path, what: str) -> Iterator[Path]:
         yield run_dir
     finally:
         os.close(fd)  # closing the only descriptor releases the lock
+
+
+def _own_lock_file(run_dir: Path) -> None:
+    """Give ``run_dir`` a lock file of its own when its one is hard-linked elsewhere. Done under a
+    ``flock`` of the directory itself, so two processes starting here cannot each unlink the file the
+    other just made (each would then lock its own inode and both would run)."""
+    path = run_dir / LOCK_NAME
+    try:
+        if os.stat(path).st_nlink <= 1:
+            return
+    except FileNotFoundError:
+        return
+    dfd = os.open(run_dir, os.O_RDONLY)
+    try:
+        fcntl.flock(dfd, fcntl.LOCK_EX)
+        try:
+            if os.stat(path).st_nlink > 1:  # again, under the directory's lock
+                path.unlink()
+        except FileNotFoundError:
+            pass
+    finally:
+        os.close(dfd)  # releases the directory's lock
 
 
 def clear(run_dir: Path) -> None:

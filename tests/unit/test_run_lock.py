@@ -75,3 +75,23 @@ def test_the_cli_refuses_a_second_pipeline_on_the_same_run_dir_in_one_line(tmp_p
     assert f"error: {run_dir} is in use by posttrain sft (pid {proc.pid}" in out.stderr
     assert "Traceback" not in out.stderr
     assert not (run_dir / "data").exists()  # --fresh deleted nothing: the lock comes first
+
+
+def test_a_run_dir_copied_with_hard_links_does_not_share_the_original_lock(tmp_path):
+    """`cp -al run branch` (branching a run off its finished stages) copies .lock as a hard link:
+    a run in the original must not block one in the copy, and the copy still refuses a second process."""
+    original, branch = tmp_path / "run", tmp_path / "branch"
+    original.mkdir()
+    (original / run_lock.LOCK_NAME).write_text("")
+    subprocess.run(["cp", "-al", str(original), str(branch)], check=True)
+    assert (branch / run_lock.LOCK_NAME).stat().st_ino == (original / run_lock.LOCK_NAME).stat().st_ino
+    proc = _holder(original)
+    try:
+        with run_lock.hold(branch, "posttrain pipeline"):
+            assert (branch / run_lock.LOCK_NAME).stat().st_ino != (original / run_lock.LOCK_NAME).stat().st_ino
+            with pytest.raises(run_lock.RunDirBusy, match="is in use by posttrain pipeline"):
+                with run_lock.hold(branch, "posttrain sft"):
+                    pass
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
