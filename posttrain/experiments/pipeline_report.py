@@ -154,7 +154,7 @@ def write(run_dir: Path, cfg: PipelineConfig, command: str, sections: dict[str, 
         L += ["", f"![RL curves]({_rel(run_dir, rl['rewards_png'])})"]
     arm = rep.get("sft_arm")
     if rep.get("test") and rl:
-        L += ["", "## RL against equal-compute SFT, on test", ""]
+        L += ["", f"## RL against equal-compute SFT, on {rep['test'].get('split', 'test')}", ""]
         if arm:
             L.append(f"*SFT same time* continues SFT from the SFT checkpoint for {arm['steps']} steps: as many as fit "
                      f"in the RLVR stage's {arm['target_seconds']:.0f} {_clock(arm)} at the SFT stage's pace of "
@@ -201,15 +201,17 @@ def test_table_md(t: dict[str, Any]) -> list[str]:
 
     names = [n for n in COLUMNS if n in t["scores"]]
     rows = list(t["scores"][names[0]])
-    L = [f"Every checkpoint greedily on the **test** split of the RLVR stage's environments ({t['n_tasks']} tasks "
-         "each, its prompt and token budget); nothing was chosen on these figures.", "",
+    split = t.get("split", "test")  # table_split=dev: the table that settings are chosen on, labelled as such
+    L = [f"Every checkpoint greedily on the **{split}** split of the RLVR stage's environments ({t['n_tasks']} tasks "
+         "each, its prompt and token budget); " + ("nothing was chosen on these figures." if split == "test" else
+                                                   "settings are chosen on these figures: not reported ones."), "",
          "| row | " + " | ".join(COLUMNS[n] for n in names) + " |", "|---|" + "---|" * len(names)]
     L += [f"| {row} | " + " | ".join(f"{t['scores'][n].get(row, float('nan')):.3f}" for n in names) + " |" for row in rows]
     L += ["", "| comparison | " + " | ".join(rows) + " |", "|---|" + "---|" * len(rows)]
     for title, gains in t["comparisons"].items():
         L.append(f"| {title} | " + " | ".join(
             f"{gains[r]['gain']:+.3f} ± {gains[r]['se']:.3f}{_star(gains[r])}" if r in gains else "" for r in rows) + " |")
-    L += ["", "± paired standard error over the same test tasks; \\* beyond two; † a constant multiple-choice "
+    L += ["", f"± paired standard error over the same {split} tasks; \\* beyond two; † a constant multiple-choice "
           "guess, kept in *all*."]
     ext = t.get("external")
     if ext:
