@@ -31,8 +31,16 @@ Two posttrain modes, run one after the other in the same process, against the sa
 Overlong filtering is off on the posttrain side for this comparison (48 tokens truncate most
 replies, and TRL keeps truncated ones by default), so both train on the same kind of batch.
 
+Equal precision (``--precisions fp32,bf16``): ``fp32`` trains and samples in fp32 on both sides
+(posttrain's ``rollout.engine.dtype=fp32``); ``bf16`` runs both under bf16 autocast (posttrain's
+``train.precision=bf16`` and bf16 sampling weights; TRL's ``bf16=True``, which trains and samples in
+it). ``auto`` is not offered: it gave posttrain bf16 sampling against TRL's fp32, the unequal
+comparison the 2026-12-01 figure below was. ``--repeats N`` interleaves N repeats (posttrain, TRL,
+posttrain, TRL ...) and reports each ratio as mean ± se over them.
+
 Prints s/step for each and the ratio, and appends one JSON line to
-bench/results/grpo_vs_trl.jsonl. Run: ``python bench/grpo_vs_trl.py [--steps 2] [--threads 1]``.
+bench/results/grpo_vs_trl.jsonl. Run: ``python bench/grpo_vs_trl.py [--steps 2] [--threads 1]
+[--precisions fp32,bf16] [--repeats 3]``.
 The machine is shared: the load average before and after is recorded with the figures.
 
 Latest result (2026-12-01, idle 2-core CPU, load 1.9 -> 1.0, 1 thread, perf_suite.sh): equal work
@@ -59,8 +67,12 @@ PROMPTS, GROUP, MAX_NEW, LR = 8, 4, 48, 1e-6
 MODES = {"equal": ["algo.dynamic_filter=false", "algo.skip_zero_advantage=false"], "skip": []}
 
 
-def run_posttrain(model: str, steps: int, run_dir: Path, mode: str = "skip", threads: int = 0) -> dict[str, Any]:
-    """posttrain's RL stage on the workload; ``mode``: equal (every rollout trained) or skip."""
+def run_posttrain(model: str, steps: int, run_dir: Path, mode: str = "skip", threads: int = 0,
+                  precision: str = "auto") -> dict[str, Any]:
+    """posttrain's RL stage on the workload; ``mode``: equal (every rollout trained) or skip.
+    ``precision``: auto (fp32 training, sampling weights by the probe), fp32 (both fp32) or bf16 (both
+    bf16: the trainer under autocast, as TRL's ``bf16=True`` trains)."""
+    train_p = "fp32" if precision == "auto" else precision
     from posttrain.configs import load_config
     from posttrain.train.metrics import read_metrics
     from posttrain.configs.rl import RLConfig
@@ -68,7 +80,8 @@ def run_posttrain(model: str, steps: int, run_dir: Path, mode: str = "skip", thr
 
     cfg = load_config(RLConfig, None, [
         f"model={model}", f"run_dir={run_dir}", f"train.steps={steps + 1}", "train.eval_every=0",
-        "train.save_every=0", "train.plot=false", "train.precision=fp32", f"train.threads={threads}",
+        "train.save_every=0", "train.plot=false", f"train.precision={train_p}", f"train.threads={threads}",
+        f"rollout.engine.dtype={precision}",
         f"envs=[{{name: math, train_tasks: {PROMPTS}, val_tasks: 0}}]", "curriculum.kind=random",
         f"rollout.prompts_per_step={PROMPTS}", f"rollout.group_size={GROUP}", f"rollout.max_new_tokens={MAX_NEW}",
         "algo.overlong_filter=false", f"optim.lr={LR}", *MODES[mode],
@@ -84,7 +97,7 @@ def run_posttrain(model: str, steps: int, run_dir: Path, mode: str = "skip", thr
                                         if "precision_sampling" in r), "fp32")}
 
 
-def run_trl(model_spec: str, steps: int, out_dir: Path) -> dict[str, Any]:
+def run_trl(model_spec: str, steps: int, out_dir: Path, bf16: bool = False) -> dict[str, Any]:
     import torch
     from datasets import Dataset
     from transformers import TrainerCallback
@@ -116,7 +129,7 @@ def run_trl(model_spec: str, steps: int, out_dir: Path) -> dict[str, Any]:
     cfg = GRPOConfig(
         output_dir=str(out_dir), per_device_train_batch_size=PROMPTS * GROUP, num_generations=GROUP,
         max_completion_length=MAX_NEW, temperature=1.0, learning_rate=LR, max_steps=steps + 1, beta=0.0,
-        use_cpu=True, bf16=False, report_to="none", save_strategy="no", logging_steps=1, disable_tqdm=True,
+        use_cpu=True, bf16=bf16, report_to="none", save_strategy="no", logging_steps=1, disable_tqdm=True,
         lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, adam_beta2=0.95, seed=0,
         # TRL turns activation checkpointing on by default (a memory saving that recomputes the
         # forward in the backward); posttrain does not checkpoint, so it is off here for equal work
@@ -129,12 +142,26 @@ def run_trl(model_spec: str, steps: int, out_dir: Path) -> dict[str, Any]:
     return {"s_per_step": sum(timed) / len(timed), "rollouts_trained": PROMPTS * GROUP}
 
 
+PRECISIONS = {"fp32": False, "bf16": True}  # ours (train + sampling) -> TRL's bf16 flag (it trains and samples in it)
+
+
+def mean_se(xs: list[float]) -> tuple[float, float]:
+    from results_row import mean_se as ms
+
+    return ms(xs)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=2, help="timed steps after one warm-up step (default 2)")
     ap.add_argument("--model", default="embedded", help="model spec (default embedded; tiny-llama: smoke test)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads for both (default 1: bench/threads.py)")
     ap.add_argument("--modes", default="equal,skip", help="posttrain modes to run (equal, skip or both)")
+    ap.add_argument("--precisions", default="fp32",
+                    help="equal precision on both sides, a comma list of fp32 (train and sample in fp32) and bf16 "
+                         "(both under bf16 autocast, TRL's bf16=True); default fp32")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="interleaved repeats (posttrain, TRL, posttrain, TRL, ...); ratios as mean ± se over them")
     args = ap.parse_args()
 
     import torch
@@ -143,36 +170,61 @@ def main() -> None:
     modes = [m for m in args.modes.split(",") if m]
     if not modes or set(modes) - set(MODES):
         raise SystemExit(f"--modes: a comma list of {', '.join(MODES)}, got {args.modes!r}")
+    precisions = [p for p in args.precisions.split(",") if p]
+    if not precisions or set(precisions) - set(PRECISIONS):
+        raise SystemExit(f"--precisions: a comma list of {', '.join(PRECISIONS)}, got {args.precisions!r}")
     torch.set_num_threads(args.threads)
     load_before = os.getloadavg()[0]
+    runs: dict[str, list[dict[str, Any]]] = {p: [] for p in precisions}  # per precision, one entry per repeat
     with tempfile.TemporaryDirectory() as tmp:
-        ours = {m: run_posttrain(args.model, args.steps, Path(tmp) / f"posttrain_{m}", m, args.threads) for m in modes}
-        theirs = run_trl(args.model, args.steps, Path(tmp) / "trl")
+        for r in range(args.repeats):  # interleaved: a drift in the machine's load hits both sides alike
+            for p in precisions:
+                d = Path(tmp) / f"r{r}_{p}"
+                ours = {m: run_posttrain(args.model, args.steps, d / f"posttrain_{m}", m, args.threads, p)
+                        for m in modes}
+                theirs = run_trl(args.model, args.steps, d / "trl", PRECISIONS[p])
+                runs[p].append({"posttrain_modes": ours, "trl": theirs,
+                                "speedup_by_mode": {m: theirs["s_per_step"] / o["s_per_step"] for m, o in ours.items()}})
+                print(f"[repeat {r + 1}/{args.repeats}, {p}] TRL {theirs['s_per_step']:.1f} s/step; " + "; ".join(
+                    f"posttrain {m} {o['s_per_step']:.1f} s/step ({runs[p][-1]['speedup_by_mode'][m]:.2f}x)"
+                    for m, o in ours.items()), flush=True)
     load_after = os.getloadavg()[0]
-    ratio = {m: theirs["s_per_step"] / o["s_per_step"] for m, o in ours.items()}
-    for m, o in ours.items():
-        print(f"posttrain rl ({m:5s}): {o['s_per_step']:.1f} s/step ({o['sampling_precision']} sampling weights; "
-              f"generate {o['generate_s']:.1f}, verify "
-              f"{o['verify_s']:.2f}, train {o['train_s']:.1f}; {o['rollouts_trained']:.0f} of "
-              f"{PROMPTS * GROUP} rollouts trained) -> {ratio[m]:.2f}x TRL")
-    print(f"TRL GRPO           : {theirs['s_per_step']:.1f} s/step ({PROMPTS * GROUP} rollouts trained)")
+    summary: dict[str, dict[str, Any]] = {}
+    for p, reps in runs.items():
+        summary[p] = {"trl_s_per_step": mean_se([x["trl"]["s_per_step"] for x in reps])}
+        for m in modes:
+            summary[p][m] = {"s_per_step": mean_se([x["posttrain_modes"][m]["s_per_step"] for x in reps]),
+                             "speedup": mean_se([x["speedup_by_mode"][m] for x in reps]),
+                             "speedups": [round(x["speedup_by_mode"][m], 3) for x in reps],
+                             "rollouts_trained": reps[-1]["posttrain_modes"][m]["rollouts_trained"]}
+            s, t = summary[p][m], summary[p]["trl_s_per_step"]
+            print(f"{p} {m:5s}: posttrain {s['s_per_step'][0]:.1f} ± {s['s_per_step'][1]:.1f} s/step vs TRL "
+                  f"{t[0]:.1f} ± {t[1]:.1f}: {s['speedup'][0]:.2f} ± {s['speedup'][1]:.2f}x "
+                  f"(repeats {', '.join(f'{v:.2f}' for v in s['speedups'])}; {s['rollouts_trained']:.0f} of "
+                  f"{PROMPTS * GROUP} rollouts trained)")
     print(f"load average {load_before:.1f} -> {load_after:.1f}, {os.cpu_count()} cores, {torch.get_num_threads()} "
-          f"threads, {args.steps} timed steps after 1 warm-up")
+          f"threads, {args.steps} timed steps after 1 warm-up, {args.repeats} interleaved repeat(s)")
+    head = "equal" if "equal" in modes else modes[0]
+    first = runs[precisions[0]][-1]
     row = {
         "bench": "grpo_vs_trl",
-        "model": args.model, "dtype": "fp32", "prompts": PROMPTS, "group": GROUP, "max_new_tokens": MAX_NEW,
-        "lr": LR, "timed_steps": args.steps, "posttrain_modes": ours, "trl": theirs, "speedup_by_mode": ratio,
-        "posttrain": ours.get("skip", next(iter(ours.values()))), "speedup": ratio.get("skip", next(iter(ratio.values()))),
+        "model": args.model, "dtype": precisions[0], "precisions": precisions, "repeats": args.repeats,
+        "prompts": PROMPTS, "group": GROUP, "max_new_tokens": MAX_NEW, "lr": LR, "timed_steps": args.steps,
+        "summary": summary, "runs": runs,
+        # the fields earlier rows carry, from the first precision's last repeat
+        "posttrain_modes": first["posttrain_modes"], "trl": first["trl"], "speedup_by_mode": first["speedup_by_mode"],
+        "posttrain": first["posttrain_modes"][head], "speedup": summary[precisions[0]][head]["speedup"][0],
         "versions": {"torch": torch.__version__, "trl": trl.__version__},
         **provenance("none", machine(load_before, load_after, threads=torch.get_num_threads())),  # speed only
     }
     if args.model == "embedded":  # smoke tests are not results
         append_row(RESULTS, row)
         print(f"appended to {RESULTS}")
-    head = "equal" if "equal" in ratio else modes[0]
-    side = "; ".join(f"{m} mode {ratio[m]:.2f}x" for m in ratio if m != head)
-    print(f"RESULT grpo_vs_trl: {ratio[head]:.2f} x TRL s/step ({head} work: every rollout trained on both sides"
-          f"{'; ' + side if side else ''}; load {load_before:.1f}->{load_after:.1f})")
+    parts = [f"{p} {summary[p][head]['speedup'][0]:.2f} ± {summary[p][head]['speedup'][1]:.2f}" for p in precisions]
+    side = [f"{p} {m} {summary[p][m]['speedup'][0]:.2f}" for p in precisions for m in modes if m != head]
+    print(f"RESULT grpo_vs_trl: {summary[precisions[0]][head]['speedup'][0]:.2f} x TRL s/step ({head} work, equal "
+          f"precision, {args.repeats} interleaved repeat(s): {'; '.join(parts)}"
+          f"{'; ' + '; '.join(side) if side else ''}; load {load_before:.1f}->{load_after:.1f})")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ step "SFT throughput vs the best matmul peak, with a profile" \
 step "rollout decode vs the memory-bandwidth limit at batch 1/8/32, fp32 and bf16 sampling weights" \
   python bench/rollout_throughput.py --batches 1,8,32 --new-tokens 48 --rounds 2 --threads 1
 step "threads: 1 vs 2, OpenMP wait policy, with and without a competing load" python bench/threads.py --repeats 2
-step "GRPO step vs TRL: equal work and skip mode" python bench/grpo_vs_trl.py --steps 2 --threads 1 --modes equal,skip
+step "GRPO step vs TRL: equal work, equal precision (fp32 and bf16), 3 interleaved repeats" \
+  python bench/grpo_vs_trl.py --steps 2 --threads 1 --modes equal,skip --precisions fp32,bf16 --repeats 3
 echo "== $(date -u +%FT%TZ) load $(cut -d' ' -f1-3 /proc/loadavg)"
 grep "^RESULT\|^FAILED" "$log"
