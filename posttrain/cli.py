@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "synth": ("posttrain.commands.synth", "synthetic SFT data from a config of columns: samplers, model columns, validators with retries (resumable)"),
     "profile-data": ("posttrain.commands.profile_data", "behaviour profile of an SFT JSONL: lengths, turns, tool use, co-occurrence"),
     "prune": ("posttrain.commands.prune", "structured pruning (Minitron): activation importance on calibration rows, then width/depth cut to a smaller HF checkpoint"),
+    "prune-search": ("posttrain.commands.prune_search", "which axes to prune to a parameter count: candidates cut, briefly distilled and scored on held-out rows; the best by a stated rule"),
     "distill-logits": ("posttrain.commands.distill_logits", "knowledge distillation after pruning: a student learns a teacher's logits on SFT data (forward KL, top-k, temperature, cache)"),
     "quantize": ("posttrain.commands.quantize", "selective FP8 (E4M3) post-training quantization: calibration, sensitivity search, compressed-tensors export"),
     "eval": ("posttrain.commands.eval", "evaluate a model on environments: accuracy, avg@k, pass@k"),

@@ -32,8 +32,11 @@ def check_not_adapter(spec: str) -> None:
                          "checkpoint is saved merged) and prune the merged model")
 
 
-def sizes_for_params(cfg: Any, target_params: float, axes: list[str]) -> Sizes:
-    """The shared cut fraction over ``axes`` whose model has at most ``target_params`` parameters."""
+def sizes_for_params(cfg: Any, target_params: float, axes: list[str],
+                     fields: tuple[str, str] = ("target.params", "target.axes_mix")) -> Sizes:
+    """The shared cut fraction over ``axes`` whose model has at most ``target_params`` parameters.
+    ``fields``: the config fields an error names (the count, the axes)."""
+    params_field, axes_field = fields
     from types import SimpleNamespace
 
     now = current_sizes(cfg)
@@ -44,7 +47,7 @@ def sizes_for_params(cfg: Any, target_params: float, axes: list[str]) -> Sizes:
         for a in axes:
             old = getattr(now, a)
             if old is None:
-                raise PruneError(f"target.axes_mix: this {cfg.model_type} model has no axis {a!r}")
+                raise PruneError(f"{axes_field}: this {cfg.model_type} model has no axis {a!r}")
             n = max(1, round(old * (1 - f)))
             if a == "heads":
                 n = max(now.kv_heads, n - n % now.kv_heads)
@@ -57,20 +60,32 @@ def sizes_for_params(cfg: Any, target_params: float, axes: list[str]) -> Sizes:
             setattr(t, a, n)
         return check_target(cfg, t)
 
+    counted: dict[tuple[Any, ...], int] = {}
+
     def params(f: float) -> int:
+        # sizes are integers, so most of the bisection's fractions give sizes already counted: each
+        # count builds a meta model (~0.1 s for a 30-layer one)
         s = at(f)
-        return count_params(new_config(cfg, s, list(range(s.layers))))
+        key = tuple(s.__dict__.values())
+        if key not in counted:
+            counted[key] = count_params(new_config(cfg, s, list(range(s.layers))))
+        return counted[key]
 
     if params(0.0) <= target_params:
         return at(0.0)
     if params(0.99) > target_params:
-        raise PruneError(f"target.params={target_params:.3g} is out of reach by cutting {axes} alone "
-                         f"(smallest: {params(0.99):.3g}); add axes to target.axes_mix")
+        raise PruneError(f"{params_field}={target_params:.3g} is out of reach by cutting {axes} alone "
+                         f"(smallest: {params(0.99):.3g}); add axes to {axes_field}")
     lo, hi = 0.0, 0.99
     for _ in range(30):
         mid = (lo + hi) / 2
         lo, hi = (lo, mid) if params(mid) <= target_params else (mid, hi)
     return at(hi)
+
+
+def target_sizes(cfg: Any, target: Any) -> Sizes:
+    """The sizes a ``PruneTarget`` asks of a model with config ``cfg`` (a parameter count, or per axis)."""
+    return sizes_for_params(cfg, target.params, target.axes_mix) if target.params else check_target(cfg, target)
 
 
 def calibration_rows(path: str, tokenizer: Any, samples: int, max_len: int, seed: int = 0) -> list[list[int]]:
@@ -87,38 +102,53 @@ def calibration_rows(path: str, tokenizer: Any, samples: int, max_len: int, seed
     return [e.input_ids for e in examples]
 
 
+def load_and_score(spec: str, calibration: Any, depth_metric: str, seed: int = 0) -> tuple[Any, Any, list[list[int]], Any]:
+    """(model in float32 on the CPU, tokenizer, calibration rows, importance of every unit): what every
+    cut of ``spec`` starts from; ``prune-search`` measures it once for all its candidates."""
+    import torch
+
+    from posttrain.compress.importance import activation_importance
+    from posttrain.models.loading import load_model
+
+    loaded = load_model(spec, device="cpu", dtype=torch.float32, seed=seed)
+    model, tok = loaded.model, loaded.tokenizer
+    rows = calibration_rows(calibration.path, tok, calibration.samples, calibration.max_seq_len, seed)
+    return model, tok, rows, activation_importance(model, rows, calibration.aggregation, depth_metric)
+
+
+def write_pruned(model: Any, imp: Any, sizes: Sizes, tok: Any, rows: list[list[int]], out: Path,
+                 record: dict[str, Any], calib_before: float | None = None) -> PruneResult:
+    """Cut ``model`` to ``sizes``, save it to ``out`` (a plain HF directory) with ``prune.json``: the
+    sizes, parameter counts and calibration log-likelihood before and after, and ``record``."""
+    from posttrain.compress.importance import mean_loglik
+    from posttrain.compress.slicing import prune_model
+    from posttrain.train.checkpoint import save_hf_model
+
+    small = prune_model(model, imp, sizes)
+    before = mean_loglik(model, rows) if calib_before is None else calib_before
+    after = mean_loglik(small, rows)
+    save_hf_model(small, tok, out)
+    res = PruneResult(out, sizes, sum(p.numel() for p in model.parameters()),
+                      sum(p.numel() for p in small.parameters()), before, after)
+    (out / "prune.json").write_text(json.dumps({
+        **record, "sizes": sizes.__dict__, "params_before": res.params_before, "params_after": res.params_after,
+        "calib_loglik_before": before, "calib_loglik_after": after}, indent=1) + "\n")
+    return res
+
+
 def run_prune(cfg: Any) -> PruneResult:
     """The whole command: see the module docstring. Target checked against config.json first."""
-    import torch
     from transformers import AutoConfig
 
-    from posttrain.compress.importance import activation_importance, mean_loglik
-    from posttrain.compress.slicing import prune_model
-    from posttrain.models.loading import load_model, resolve_spec
-    from posttrain.train.checkpoint import save_hf_model
+    from posttrain.models.loading import resolve_spec
 
     check_not_adapter(cfg.model)
     where = resolve_spec(cfg.model)
     if not Path(cfg.calibration.path).is_file():
         raise PruneError(f"calibration.path={cfg.calibration.path}: no such file")
     if isinstance(where, Path):  # fail on the target before any weight is read
-        hf = AutoConfig.from_pretrained(where)
-        if cfg.target.params is None:
-            check_target(hf, cfg.target)
-    loaded = load_model(cfg.model, device="cpu", dtype=torch.float32, seed=cfg.seed)
-    model, tok = loaded.model, loaded.tokenizer
-    sizes = (sizes_for_params(model.config, cfg.target.params, cfg.target.axes_mix) if cfg.target.params
-             else check_target(model.config, cfg.target))
-    rows = calibration_rows(cfg.calibration.path, tok, cfg.calibration.samples, cfg.calibration.max_seq_len, cfg.seed)
-    imp = activation_importance(model, rows, cfg.calibration.aggregation, cfg.depth_metric)
-    small = prune_model(model, imp, sizes)
-    before, after = mean_loglik(model, rows), mean_loglik(small, rows)
-    out = Path(cfg.out)
-    save_hf_model(small, tok, out)
-    res = PruneResult(out, sizes, sum(p.numel() for p in model.parameters()),
-                      sum(p.numel() for p in small.parameters()), before, after)
-    (out / "prune.json").write_text(json.dumps({
-        "source": cfg.model, "sizes": sizes.__dict__, "params_before": res.params_before,
-        "params_after": res.params_after, "calib_loglik_before": before, "calib_loglik_after": after,
-        "calibration": cfg.calibration.model_dump(), "depth_metric": cfg.depth_metric}, indent=1) + "\n")
-    return res
+        target_sizes(AutoConfig.from_pretrained(where), cfg.target)
+    model, tok, rows, imp = load_and_score(cfg.model, cfg.calibration, cfg.depth_metric, cfg.seed)
+    sizes = target_sizes(model.config, cfg.target)
+    return write_pruned(model, imp, sizes, tok, rows, Path(cfg.out), {
+        "source": cfg.model, "calibration": cfg.calibration.model_dump(), "depth_metric": cfg.depth_metric})

@@ -19,14 +19,16 @@ from posttrain.configs.sft import SFTDataConfig, SFTTrainConfig
 from posttrain.configs.train import MoEConfig, OptimConfig
 
 
+Axis = Literal["mlp_hidden", "heads", "hidden", "layers", "mamba_heads", "experts"]
+
+
 class PruneTarget(StrictModel):
     """What the smaller model keeps: either a parameter count (the axes come from ``search``) or
     sizes per axis (unset axes are kept whole)."""
 
     params: float | None = Field(None, gt=0)
     """Total parameters of the pruned model (e.g. 1.0e8); the axes to cut come from ``axes_mix``."""
-    axes_mix: list[Literal["mlp_hidden", "heads", "hidden", "layers", "mamba_heads", "experts"]] = Field(
-        default_factory=lambda: ["mlp_hidden", "layers"])
+    axes_mix: list[Axis] = Field(default_factory=lambda: ["mlp_hidden", "layers"])
     """With ``params``: the axes cut, each by the same fraction of its size, until the count fits."""
     mlp_hidden: int | None = Field(None, ge=1)
     """MLP intermediate channels per layer (Llama ``intermediate_size``; NemotronH: every expert's and
@@ -124,3 +126,91 @@ class DistillLogitsConfig(StrictModel):
     optim: OptimConfig = Field(default_factory=OptimConfig)
     moe: MoEConfig = Field(default_factory=MoEConfig)
     train: DistillLogitsTrainConfig = Field(default_factory=DistillLogitsTrainConfig)
+
+
+# --------------------------------------------------------------------------- posttrain prune-search
+
+
+class SearchCandidate(StrictModel):
+    """One architecture of the sweep: the axes cut, each by one shared fraction, to ``params``."""
+
+    axes: list[Axis] = Field(min_length=1)
+    """Which axes to cut (``target.axes_mix`` of ``posttrain prune``), e.g. ``[mlp_hidden, heads]``."""
+    name: str | None = Field(None, min_length=1, pattern=r"^[A-Za-z0-9_.+-]+$")
+    """Its row in the table and its directory under ``out/candidates`` (default: the axes joined by +)."""
+
+    @model_validator(mode="after")
+    def _distinct_axes(self) -> "SearchCandidate":
+        if len(set(self.axes)) != len(self.axes):
+            raise ValueError(f"candidate axes {self.axes} name an axis twice")
+        return self
+
+    @property
+    def label(self) -> str:
+        return self.name or "+".join(self.axes)
+
+
+def _default_candidates() -> list[SearchCandidate]:
+    return [SearchCandidate(axes=a) for a in (["mlp_hidden"], ["mlp_hidden", "heads"], ["hidden"], ["layers"],
+                                              ["mlp_hidden", "layers"])]
+
+
+class SearchDistillConfig(StrictModel):
+    """The short distillation every candidate gets from the unpruned model: one budget for all."""
+
+    topk: int | None = Field(None, ge=1)
+    """None: KL over the full vocabulary, the teacher run in every step; k: the teacher's top-k,
+    computed once into ``out/teacher_top<k>.safetensors`` and read back by every candidate."""
+    loss: ForwardKLLossConfig = Field(default_factory=ForwardKLLossConfig)
+    data: SFTDataConfig = Field(default_factory=SFTDataConfig)
+    """SFT-format JSONL; its held-out rows (``val_frac`` or ``validation``) are what candidates are scored on."""
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    moe: MoEConfig = Field(default_factory=MoEConfig)
+    train: DistillLogitsTrainConfig = Field(default_factory=lambda: DistillLogitsTrainConfig(steps=20))
+    """The budget: ``steps`` x ``batch_size`` conversations per candidate (default 20 steps)."""
+
+
+class SearchRule(StrictModel):
+    """How the winner is picked (``compress/search.py: choose``)."""
+
+    metric: Literal["kl", "nll"] = "kl"
+    """kl: held-out KL to the teacher after the distillation budget (nats/token); nll: held-out
+    cross-entropy on the data's assistant tokens."""
+    tie_tolerance: float = Field(0.01, ge=0)
+    """Candidates within this many nats/token of the lowest figure tie; the fewest parameters wins a
+    tie, then the faster decode (when measured), then the earlier candidate."""
+
+
+class PruneSearchConfig(StrictModel):
+    """``posttrain prune-search``: candidate architectures at one parameter count, each pruned and
+    briefly distilled from the unpruned model, the best kept by a rule stated in numbers."""
+
+    model: str = "embedded"
+    """The model pruned, and the teacher every candidate is distilled from (embedded, tiny-llama,
+    tiny-nemotronh or an HF directory; tiny models are built with seed 0, as the teacher is)."""
+    out: str = "runs/prune_search"
+    """Directory: ``candidates/<name>/model`` (pruned) and ``/distill`` (its run), ``search.json``,
+    ``search.md`` and ``chosen`` (the winner's distilled weights, a plain HF directory)."""
+    params: float = Field(gt=0)
+    """Parameters of every candidate (each cuts its axes until it has at most this many)."""
+    candidates: list[SearchCandidate] = Field(default_factory=_default_candidates, min_length=1)
+    calibration: CalibrationConfig
+    """Rows the importance is measured on (once, on the unpruned model, shared by every candidate)."""
+    depth_metric: Literal["cosine", "loglik"] = "cosine"
+    distill: SearchDistillConfig = Field(default_factory=SearchDistillConfig)
+    select: SearchRule = Field(default_factory=SearchRule)
+    decode_tokens: int = Field(32, ge=0)
+    """Greedy decode speed of each distilled candidate: tokens/s over this many new tokens after one
+    held-out prompt, batch 1 (0: not measured; the rule then breaks exact ties by order)."""
+
+    @model_validator(mode="after")
+    def _distinct_candidates(self) -> "PruneSearchConfig":
+        names = [c.label for c in self.candidates]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"candidates: the name {dup[0]!r} appears twice (give each candidate its own name)")
+        axes = [frozenset(c.axes) for c in self.candidates]
+        same = [n for n, a in zip(names, axes) if axes.count(a) > 1]
+        if same:
+            raise ValueError(f"candidates {same[0]!r} and {same[1]!r} cut the same axes: they would be the same model")
+        return self

@@ -32,7 +32,8 @@ def test_no_function_over_80_lines(folder):
 @pytest.mark.parametrize("module, entry", [("train/sft.py", "train_sft"), ("train/rl.py", "train_rl"),
                                            ("distill/stage.py", "train_distill"), ("train/dpo.py", "train_dpo"),
                                            ("train/rlhf.py", "train_rlhf"), ("train/rlhf.py", "train_genrm"),
-                                           ("compress/distill_logits.py", "train_distill_logits")])
+                                           ("compress/distill_logits.py", "train_distill_logits"),
+                                           ("compress/search.py", "run_search")])
 def test_stage_entries_fit_one_screen(module, entry):
     sizes = dict(_functions(PKG / module))
     assert sizes[entry] <= 60, sizes[entry]

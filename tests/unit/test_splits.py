@@ -126,6 +126,8 @@ REPORTING_ONLY = {
                                "calibration text, not on these problems",
     "bench/results_row.py": "names the splits a row may record (provenance); reads none",
     "bench/curation_vs_unfiltered.py": "its row records that measure()'s accuracies are on test; chooses nothing",
+    "bench/prune.py": "the pruned variants' recovery on test, reported; the searched architecture is chosen by "
+                      "prune-search on held-out rows of the distillation data, never on test",
 }
 TEST_USE = re.compile(r"""(?x)
     (?:\(|,)\s*["']test["']\s*[,)]         # f(..., "test", ...) as a positional split

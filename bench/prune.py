@@ -1,0 +1,220 @@
+"""Pruning + distillation: how much of the teacher a pruned model recovers, per architecture, at one budget.
+
+    python bench/prune.py --teacher runs/sft/checkpoints/step_000060 [--params 1.0e8 7.0e7] \
+        [--distill-steps 60] [--search-steps 10] [--n-eval 100] [--data a.jsonl ...] [--no-record]
+    python bench/prune.py --smoke --no-record        # tiny Llama, tiny budgets: the code path only
+
+For each ``--params`` target, the teacher (an SFT checkpoint; it is also the model pruned) is cut by
+three architectures, each distilled from it for the same ``--distill-steps`` × ``--batch``
+conversations (``posttrain distill-logits``'s stage, top-``--topk`` teacher cache, one data order):
+
+* **width**: ``mlp_hidden`` only; **depth**: ``layers`` only;
+* **searched**: the pick of ``posttrain prune-search`` (compress/search.py) over its default
+  candidates at ``--search-steps``, chosen on held-out rows of the distillation data (never on test);
+  when the pick is width or depth it is that run, not a second one;
+* **SFT control**: the searched architecture trained with plain SFT (cross-entropy on the same data,
+  same steps, batch, learning rate and order) instead of distillation.
+
+Each model, and the teacher, is scored on: held-out cross-entropy on the data's held-out rows (nats
+per assistant token); greedy accuracy on ``--n-eval`` **test**-split tasks of each ``--envs``
+environment (default: ``arithmetic`` — the pipeline's problems —, ``mcq``, ``structured``), through
+``eval/evaluate.py``; greedy decode tokens/s at batch 1 (compress/search.py: ``decode_speed``).
+
+**Recovery** = student accuracy / teacher accuracy over the same tasks, in %, per environment and
+pooled over all tasks, with the delta-method standard error of a ratio of paired means
+(bench/quant_accuracy.py: ``ratio_delta_se``). The last line is ``RESULT prune_recovery: <searched
+variant's pooled recovery at the first target> % (...)``; the row (every figure, per-task scores,
+the search table) goes to bench/results/prune.jsonl unless ``--no-record`` (``--results`` for another
+file). ``--smoke`` figures come from random tiny models and mean nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import posttrain  # noqa: F401,E402  (before torch: the MKL shim of models/blas.py)
+from results_row import append_row, machine, provenance  # noqa: E402  (bench/results_row.py)
+
+RESULTS = ROOT / "bench" / "results" / "prune.jsonl"
+VARIANTS = {"width": "mlp_hidden", "depth": "layers"}  # variant → prune-search candidate name
+
+
+def parse() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--teacher", help="the SFT checkpoint pruned and distilled from (required unless --smoke)")
+    ap.add_argument("--params", type=float, nargs="+", default=[1.0e8, 7.0e7], help="parameter targets")
+    ap.add_argument("--distill-steps", type=int, default=60, help="steps of every variant and of the SFT control")
+    ap.add_argument("--search-steps", type=int, default=10, help="distillation steps per prune-search candidate")
+    ap.add_argument("--batch", type=int, default=16, help="conversations per step")
+    ap.add_argument("--lr", type=float, default=1e-4)
+    ap.add_argument("--topk", type=int, default=64, help="teacher top-k (cached once per target)")
+    ap.add_argument("--data", nargs="*", default=[], help="SFT JSONL to distil on (default: --n-data arithmetic rows)")
+    ap.add_argument("--n-data", type=int, default=1000)
+    ap.add_argument("--envs", nargs="+", default=["arithmetic", "mcq", "structured"])
+    ap.add_argument("--n-eval", type=int, default=100, help="test tasks per environment")
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--decode-tokens", type=int, default=64)
+    ap.add_argument("--work", default="runs/bench_prune", help="checkpoints and tables go here")
+    ap.add_argument("--smoke", action="store_true", help="tiny-llama and tiny budgets (figures mean nothing)")
+    ap.add_argument("--no-record", action="store_true")
+    ap.add_argument("--results", default=str(RESULTS))
+    args = ap.parse_args()
+    if args.smoke:
+        args.teacher = args.teacher or "tiny-llama"
+        args.params, args.distill_steps, args.search_steps, args.batch, args.lr = [8.0e4], 2, 1, 8, 3e-3
+        args.topk, args.n_data, args.n_eval, args.max_new_tokens, args.decode_tokens = 16, 40, 4, 16, 4
+    if not args.teacher:
+        ap.error("--teacher is required (the SFT checkpoint to prune), or --smoke")
+    if args.smoke and not args.no_record and Path(args.results).resolve() == RESULTS:
+        ap.error(f"--smoke figures are not evidence: add --no-record, or --results PATH outside {RESULTS.parent}")
+    return args
+
+
+def score(spec: str, args: argparse.Namespace, held: list[Any]) -> dict[str, Any]:
+    """Held-out NLL, per-task test accuracy per environment, decode tokens/s of one model."""
+    from posttrain.compress.search import decode_speed, heldout_nll
+    from posttrain.engines.hf import HFGenerator
+    from posttrain.eval.evaluate import build_env, evaluate
+    from posttrain.models.loading import load_model
+
+    loaded = load_model(spec, device="cpu")
+    model, tok = loaded.model, loaded.tokenizer
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    gen = HFGenerator(model, tok, batch_size=32)
+    tasks: dict[str, float] = {}
+    for env in args.envs:
+        res = evaluate(gen, build_env(env, None), split="test", n_tasks=args.n_eval,
+                       max_new_tokens=args.max_new_tokens, seed=0)
+        tasks.update({f"{env}/{t.task_id}": t.samples[0].reward for t in res.tasks})
+    prompt = held[0].input_ids[: held[0].loss_mask.index(1)]
+    return {"model": spec, "params": sum(p.numel() for p in model.parameters()),
+            "nll": heldout_nll(model, held, 512, "auto", pad), "tasks": tasks,
+            "decode_tokens_per_s": decode_speed(model, prompt, args.decode_tokens, pad)}
+
+
+def recovery(student: dict[str, float], teacher: dict[str, float], prefix: str = "") -> tuple[float, float]:
+    """Student / teacher accuracy in % over the tasks whose id starts with ``prefix``, ± delta-method se
+    (nan when the teacher scores 0: there is nothing to recover)."""
+    from quant_accuracy import ratio_delta_se  # bench/quant_accuracy.py (imports the eval stack: not for --help)
+
+    ids = sorted(i for i in teacher if i.startswith(prefix))
+    a, b = [student[i] for i in ids], [teacher[i] for i in ids]
+    if not ids or sum(b) == 0:
+        return float("nan"), float("nan")
+    se = ratio_delta_se(a, b) if len(ids) > 1 else float("nan")
+    return 100 * sum(a) / sum(b), 100 * se
+
+
+def run_target(p: float, args: argparse.Namespace, data: list[str], held: list[Any], work: Path) -> dict[str, Any]:
+    """Search, then width / depth / searched distilled for --distill-steps and the SFT control; scored."""
+    from posttrain.compress.distill_logits import train_distill_logits
+    from posttrain.compress.search import distill_config, run_search
+    from posttrain.configs.prune import PruneSearchConfig
+    from posttrain.configs.sft import SFTConfig, SFTTrainConfig
+    from posttrain.train.sft import train_sft
+
+    budget = {"data": {"train": [{"path": d} for d in data], "val_frac": 0.05 if not args.smoke else 0.2},
+              "optim": {"lr": args.lr, "warmup_steps": 0 if args.smoke else 5},
+              "train": {"steps": args.search_steps, "batch_size": args.batch, "precision": "fp32" if args.smoke else "auto"}}
+    cfg = PruneSearchConfig(model=args.teacher, out=str(work / "search"), params=p, decode_tokens=args.decode_tokens,
+                            calibration={"path": data[0], "samples": 8 if args.smoke else 64},
+                            distill={**budget, "topk": args.topk})
+    search = run_search(cfg)
+    long = cfg.distill.model_copy(update={"train": cfg.distill.train.model_copy(update={"steps": args.distill_steps})})
+    cfg_long = cfg.model_copy(update={"distill": long})
+    chosen = search.chosen.name
+    arch = {**VARIANTS, "searched": chosen}
+    runs: dict[str, str] = {}
+    for variant, name in arch.items():
+        if variant == "searched" and chosen in VARIANTS.values():
+            continue  # the pick is width or depth: that run is the searched one
+        pruned = Path(cfg.out) / "candidates" / name / "model"
+        runs[variant] = str(train_distill_logits(distill_config(cfg_long, pruned, work / variant), False).checkpoint)
+    runs.setdefault("searched", runs["width" if chosen == VARIANTS["width"] else "depth"])
+    sft = SFTConfig(model=str(Path(cfg.out) / "candidates" / chosen / "model"), run_dir=str(work / "sft_control"),
+                    data=long.data, optim=long.optim, moe=long.moe,
+                    train=SFTTrainConfig(**long.train.model_dump()))
+    runs["sft_control"] = str(train_sft(sft, progress=False).checkpoint)
+    scored: dict[str, dict[str, Any]] = {}  # the searched run may be the width or depth one: scored once
+    scores = {v: scored.setdefault(ckpt, score(ckpt, args, held)) if ckpt not in scored else scored[ckpt]
+              for v, ckpt in runs.items()}
+    return {"params_target": p, "searched": chosen, "search": json.loads((Path(cfg.out) / "search.json").read_text()),
+            "checkpoints": runs, "scores": scores}
+
+
+def main() -> None:
+    args = parse()
+    import torch
+
+    from posttrain.data.conversations import write_jsonl
+    from posttrain.data.synthetic import arithmetic_rows
+    from posttrain.configs.sft import SFTConfig
+    from posttrain.models.loading import load_tokenizer
+    from posttrain.train.sft import load_sft_data
+
+    torch.manual_seed(0)
+    work = Path(args.work)
+    data = list(args.data)
+    if not data:
+        data = [str(work / "data" / "arith_train.jsonl")]
+        write_jsonl(arithmetic_rows(args.n_data, 0, "train"), data[0])  # the training split only
+    held_cfg = SFTConfig(model=args.teacher, data={"train": [{"path": d} for d in data],
+                                                   "val_frac": 0.05 if not args.smoke else 0.2})
+    held = load_sft_data(held_cfg, load_tokenizer(args.teacher)).validation  # the rows the search scores on
+    load_before, t0 = os.getloadavg()[0], time.time()
+    teacher = score(args.teacher, args, held)
+    targets = [run_target(p, args, data, held, work / f"params_{p:.3g}") for p in args.params]
+    minutes = (time.time() - t0) / 60
+    for t in targets:
+        for name, s in t["scores"].items():
+            s["recovery"] = {env: recovery(s["tasks"], teacher["tasks"], f"{env}/") for env in args.envs}
+            s["recovery"]["pooled"] = recovery(s["tasks"], teacher["tasks"])
+    print(markdown(args, teacher, targets))
+    first = targets[0]
+    r = first["scores"]
+    pooled = {v: r[v]["recovery"]["pooled"] for v in r}
+    n = len(teacher["tasks"])
+    if not args.no_record:
+        append_row(Path(args.results), {
+            "bench": "prune", "args": vars(args), "minutes": round(minutes, 1), "teacher": teacher, "targets": targets,
+            **provenance("test", machine(load_before, os.getloadavg()[0]))})
+    print(f"RESULT prune_recovery: {pooled['searched'][0]:.1f} % (± {pooled['searched'][1]:.1f}; searched "
+          f"{first['searched']} at ≤ {first['params_target']:.3g} params after {args.distill_steps} distill-logits "
+          f"steps of {args.batch}: test accuracy / the teacher's over {n} tasks of {'+'.join(args.envs)}; width "
+          f"{pooled['width'][0]:.1f}, depth {pooled['depth'][0]:.1f}, SFT control {pooled['sft_control'][0]:.1f} %"
+          f"{'; SMOKE: random tiny model, not a figure' if args.smoke else ''})")
+
+
+def markdown(args: argparse.Namespace, teacher: dict[str, Any], targets: list[dict[str, Any]]) -> str:
+    envs = args.envs
+    def acc(s: dict[str, Any], env: str) -> float:
+        xs = [v for k, v in s["tasks"].items() if k.startswith(f"{env}/")]
+        return sum(xs) / len(xs)
+
+    head = (f"| model | params | held-out NLL | {' | '.join(f'{e} acc' for e in envs)} | recovery % ± se "
+            f"({', '.join(envs)}; pooled) | decode tok/s |")
+    lines = [head, "|" + "---|" * (5 + len(envs))]
+    lines.append(f"| teacher {teacher['model']} | {teacher['params']:,} | {teacher['nll']:.4f} | "
+                 + " | ".join(f"{100 * acc(teacher, e):.1f}%" for e in envs) + f" | 100 | {teacher['decode_tokens_per_s']:.0f} |")
+    for t in targets:
+        for v, s in t["scores"].items():
+            name = f"{v} ({t['searched']})" if v in ("searched", "sft_control") else v
+            rec = "; ".join(f"{x:.1f} ± {se:.1f}" for x, se in s["recovery"].values())
+            lines.append(f"| ≤ {t['params_target']:.3g}: {name} | {s['params']:,} | {s['nll']:.4f} | "
+                         + " | ".join(f"{100 * acc(s, e):.1f}%" for e in envs)
+                         + f" | {rec} | {s['decode_tokens_per_s']:.0f} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

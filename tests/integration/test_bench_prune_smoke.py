@@ -1,0 +1,31 @@
+"""bench/prune.py --smoke end to end (tiny Llama, about 20 s on one core): every variant is trained,
+scored on the same test tasks and recorded with its provenance. Opt-in: ``pytest -m slow``."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_smoke_run_records_every_variant(tmp_path):
+    results = tmp_path / "prune.jsonl"
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "prune.py"), "--smoke", "--work", str(tmp_path / "w"),
+                          "--results", str(results)], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip().splitlines()[-1].startswith("RESULT prune_recovery: ")
+    row = json.loads(results.read_text())
+    assert row["split"] == "test" and row["args"]["smoke"]
+    scores = row["targets"][0]["scores"]
+    assert set(scores) == {"width", "depth", "searched", "sft_control"}
+    tasks = set(row["teacher"]["tasks"])
+    assert len(tasks) == 12 and all(set(s["tasks"]) == tasks for s in scores.values())
+
+
+def test_smoke_refuses_the_real_results_file():
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "prune.py"), "--smoke"], capture_output=True, text=True,
+                         cwd=ROOT)
+    assert out.returncode == 2 and "not evidence" in out.stderr
