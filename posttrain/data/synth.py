@@ -556,7 +556,7 @@ def _generate(gen: Any, prompts: list, params: Any, seeds: list[int]) -> list:
         takes_seeds = False
     if takes_seeds:
         return gen.generate(prompts, params, seeds=seeds)
-    return gen.generate(prompts, params)  # an HTTP endpoint: the one params.seed for every prompt
+    return gen.generate(prompts, params)  # a generator without per-prompt seeds: params.seed for every prompt
 
 
 def build_row(cfg: SynthConfig, index: int, values: dict[str, Any], attempts: int, model: str) -> Row:

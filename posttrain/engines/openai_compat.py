@@ -344,13 +344,15 @@ class OpenAIGenerator:
         return body
 
     def _complete(
-        self, messages: Sequence[Message], params: SamplingParams, tools: Sequence[dict] | None
+        self, messages: Sequence[Message], params: SamplingParams, tools: Sequence[dict] | None,
+        seed: int | None = None,
     ) -> list[Completion]:
         out: list[Completion] = []
+        base = params.seed if seed is None else seed
         # Some servers ignore ``n`` and return one choice; ask again for the rest (with a shifted
         # seed, or the same seed would give the same sample back).
         while len(out) < params.n:
-            seed = None if params.seed is None else params.seed + len(out)
+            seed = None if base is None else base + len(out)
             body = self._body(messages, params, tools, params.n - len(out), seed)
             resp = self._request("POST", "/chat/completions", body)
             choices = resp.get("choices") or []
@@ -373,16 +375,24 @@ class OpenAIGenerator:
         prompts: Sequence[Sequence[Message]],
         params: SamplingParams,
         tools: Sequence[Sequence[dict[str, Any]] | None] | None = None,
+        seeds: Sequence[int] | None = None,
     ) -> list[list[Completion]]:
+        """``seeds[i]`` (optional) is prompt i's own seed, sent instead of ``params.seed``: two
+        prompts with the same text and one shared seed would get the same sample back from a server
+        that honours seeds (vLLM does), which makes two "independent" samples agree by construction."""
         tools_per_prompt = list(tools) if tools is not None else [None] * len(prompts)
         if len(tools_per_prompt) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(tools_per_prompt)} tool lists")
+        seeds_per_prompt = list(seeds) if seeds is not None else [None] * len(prompts)
+        if len(seeds_per_prompt) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(seeds_per_prompt)} seeds")
         if not prompts:
             return []
         _ = self.model  # resolve once, before the threads race to
         workers = max(1, min(self.max_concurrency, len(prompts)))
         with ThreadPoolExecutor(workers) as pool:
-            return list(pool.map(lambda p, t: self._complete(p, params, t), prompts, tools_per_prompt))
+            return list(pool.map(lambda p, t, s: self._complete(p, params, t, s),
+                                 prompts, tools_per_prompt, seeds_per_prompt))
 
     def close(self) -> None:
         self._client.close()

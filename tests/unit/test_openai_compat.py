@@ -276,3 +276,17 @@ def test_item7_hostile_server_calls_become_a_counted_parse_error(arguments, name
     with pytest.raises(ToolCallParseError) as err:
         parse_assistant(text, SCHEMA_TOOLS)
     assert err.value.reason == reason
+
+
+def test_per_prompt_seeds_replace_the_shared_seed(server):
+    # synth asks two "independent" answers with the same prompt text; with one shared seed a server
+    # that honours seeds (vLLM) returns the same sample twice and the agreement check passes by construction
+    gen = OpenAIGenerator.from_spec(f"{server.url}/v1#fake-model", logprobs=False)
+    same = [[{"role": "user", "content": "a"}], [{"role": "user", "content": "a"}]]
+    gen.generate(same, SamplingParams(n=1, seed=7), seeds=[101, 202])
+    assert sorted(b["seed"] for b in server.bodies) == [101, 202]
+    server.bodies.clear()
+    gen.generate(same, SamplingParams(n=1, seed=7))
+    assert [b["seed"] for b in server.bodies] == [7, 7]
+    with pytest.raises(ValueError, match="2 prompts but 1 seeds"):
+        gen.generate(same, SamplingParams(), seeds=[1])
