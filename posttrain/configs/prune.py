@@ -78,7 +78,9 @@ class PruneConfig(StrictModel):
     out: str = "runs/prune/model"
     """Where the pruned HF directory (weights, config, tokenizer, chat template) is written."""
     target: PruneTarget
-    calibration: CalibrationConfig = Field(default_factory=CalibrationConfig)
+    calibration: CalibrationConfig
+    """Required: no calibration set is shipped (``calibration.path=data.jsonl``; ``posttrain make-data``
+    writes one). A default here could never validate, and its error named ``path`` without the block."""
     depth_metric: Literal["cosine", "loglik"] = "cosine"
     """Layer importance: 1 − cos(block input, block output) (one pass), or the drop of calibration
     log-likelihood when the block is skipped (one pass per block)."""
