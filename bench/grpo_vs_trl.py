@@ -164,6 +164,9 @@ def main() -> None:
                     help="interleaved repeats (posttrain, TRL, posttrain, TRL, ...); ratios as mean ± se over them")
     args = ap.parse_args()
 
+    # posttrain before torch: its __init__ loads the MKL shim (models/blas.py), which only works before
+    # torch is imported. Both sides run in this process, so TRL gets the same BLAS as posttrain.
+    import posttrain  # noqa: F401
     import torch
     import trl
 
