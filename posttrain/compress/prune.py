@@ -32,6 +32,14 @@ def check_not_adapter(spec: str) -> None:
                          "checkpoint is saved merged) and prune the merged model")
 
 
+def check_inputs(spec: str, calibration_path: str) -> None:
+    """What ``prune`` and ``prune-search`` refuse before any weight is read: a LoRA directory, a
+    missing calibration file."""
+    check_not_adapter(spec)
+    if not Path(calibration_path).is_file():
+        raise PruneError(f"calibration.path={calibration_path}: no such file")
+
+
 def sizes_for_params(cfg: Any, target_params: float, axes: list[str],
                      fields: tuple[str, str] = ("target.params", "target.axes_mix")) -> Sizes:
     """The shared cut fraction over ``axes`` whose model has at most ``target_params`` parameters.
@@ -142,10 +150,8 @@ def run_prune(cfg: Any) -> PruneResult:
 
     from posttrain.models.loading import resolve_spec
 
-    check_not_adapter(cfg.model)
+    check_inputs(cfg.model, cfg.calibration.path)
     where = resolve_spec(cfg.model)
-    if not Path(cfg.calibration.path).is_file():
-        raise PruneError(f"calibration.path={cfg.calibration.path}: no such file")
     if isinstance(where, Path):  # fail on the target before any weight is read
         target_sizes(AutoConfig.from_pretrained(where), cfg.target)
     model, tok, rows, imp = load_and_score(cfg.model, cfg.calibration, cfg.depth_metric, cfg.seed)

@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from posttrain.compress.prune import check_not_adapter, load_and_score, sizes_for_params, write_pruned
+from posttrain.compress.prune import check_inputs, load_and_score, sizes_for_params, write_pruned
 from posttrain.compress.slicing import PruneError, Sizes
 from posttrain.configs.prune import DistillLogitsConfig, LogitTeacherConfig, PruneSearchConfig
 
@@ -164,9 +164,7 @@ def check_search(cfg: PruneSearchConfig) -> dict[str, Sizes]:
     directory, every candidate's sizes."""
     from posttrain.train.sft import check_data_files
 
-    check_not_adapter(cfg.model)
-    if not Path(cfg.calibration.path).is_file():
-        raise SearchError(f"calibration.path={cfg.calibration.path}: no such file")
+    check_inputs(cfg.model, cfg.calibration.path)
     if not cfg.distill.data.train:
         raise SearchError("distill.data.train is empty: the candidates need SFT-format JSONL to be distilled on")
     check_data_files(distill_config(cfg, Path(cfg.out), Path(cfg.out)))  # type: ignore[arg-type]
