@@ -100,14 +100,18 @@ def calibration_rows(path: str, tokenizer: Any, samples: int, max_len: int, seed
     import random
 
     from posttrain.data.conversations import read_conversations
-    from posttrain.data.examples import tokenize_rows
+    from posttrain.models.chat_template import render
 
     rows, _ = read_conversations(path, on_error="skip")
     random.Random(seed).shuffle(rows)
-    examples, _ = tokenize_rows(tokenizer, rows[:samples], max_len)
-    if not examples:
+    # Every token of the rendered conversation is calibration, prompt included: tokenize_rows would
+    # drop a row whose prompt alone is longer than max_len (it has no trained token left), so a short
+    # max_seq_len silently meant fewer rows.
+    out = [render(tokenizer, r["messages"], r.get("tools"), reasoning=r.get("reasoning", True)).input_ids[:max_len]
+           for r in rows[:samples]]
+    if not out:
         raise PruneError(f"calibration.path={path}: no usable conversation rows")
-    return [e.input_ids for e in examples]
+    return out
 
 
 def load_and_score(spec: str, calibration: Any, depth_metric: str, seed: int = 0) -> tuple[Any, Any, list[list[int]], Any]:

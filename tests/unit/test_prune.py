@@ -81,3 +81,19 @@ def test_param_target_is_met_and_not_undershot_by_much():
     assert got <= 0.8 * full and got > 0.75 * full
     with pytest.raises(PruneError, match="out of reach"):
         sizes_for_params(cfg, 0.1 * full, ["mlp_hidden"])
+
+
+def test_calibration_rows_keep_a_row_whose_prompt_is_longer_than_max_len(tmp_path):
+    # Calibration reads activations on every token: a long prompt is cut, not dropped (a row with no
+    # assistant token inside max_len used to vanish, so a short max_seq_len meant fewer rows).
+    from posttrain.compress.prune import calibration_rows
+    from posttrain.data.conversations import write_jsonl
+    from posttrain.models.loading import load_tokenizer
+
+    tok = load_tokenizer("tiny-llama")
+    rows = [{"messages": [{"role": "user", "content": "word " * 200}, {"role": "assistant", "content": "ok"}]},
+            {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}]
+    path = tmp_path / "calib.jsonl"
+    write_jsonl(rows, path)
+    got = calibration_rows(str(path), tok, samples=2, max_len=32)
+    assert len(got) == 2 and max(len(r) for r in got) == 32 and min(len(r) for r in got) < 32
