@@ -81,6 +81,27 @@ def parse() -> argparse.Namespace:
 
 
 def score(spec: str, args: argparse.Namespace, held: list[Any]) -> dict[str, Any]:
+    """``measure``, kept in ``--work``/scores/ under a key of the model's weights (path, size, mtime)
+    and the scoring settings: a second run (another ``--params``, or after a kill) does not grade the
+    teacher again. A reused score says so (``cached``); its decode speed is from the first run."""
+    import hashlib
+
+    weights = sorted(Path(spec).glob("*.safetensors")) if Path(spec).is_dir() else []
+    key = json.dumps({"model": str(Path(spec).resolve()) if weights else spec,
+                      "weights": [(w.name, w.stat().st_size, w.stat().st_mtime_ns) for w in weights],
+                      "envs": args.envs, "n_eval": args.n_eval, "max_new_tokens": args.max_new_tokens,
+                      "decode_tokens": args.decode_tokens, "held": len(held)}, sort_keys=True)
+    path = Path(args.work) / "scores" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+    if weights and path.exists():
+        return {**json.loads(path.read_text()), "cached": str(path)}
+    got = measure(spec, args, held)
+    if weights:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(got) + "\n")
+    return got
+
+
+def measure(spec: str, args: argparse.Namespace, held: list[Any]) -> dict[str, Any]:
     """Held-out NLL, per-task test accuracy per environment, decode tokens/s of one model."""
     from posttrain.compress.search import decode_speed, heldout_nll
     from posttrain.engines.hf import HFGenerator
