@@ -95,6 +95,8 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--batch", type=int, default=16, help="conversations per step")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0], help="train.seed of every run (data order)")
     ap.add_argument("--heldout", type=int, default=100, help="dev conversations per domain (arithmetic, instruction)")
+    ap.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS),
+                    help="which settings to run (default is always run: the others are compared with it)")
     ap.add_argument("--mopd", action="store_true", help="add the on-policy arm (posttrain distill) at equal wall time")
     ap.add_argument("--mopd-lr", type=float, default=1e-5, help="MOPD's LR (recipes/mopd_cpu.yaml's)")
     ap.add_argument("--n-eval", type=int, default=50, help="greedy dev tasks per environment (--mopd)")
@@ -387,9 +389,10 @@ def bench(args: argparse.Namespace, work: Path) -> None:
     nll = lambda spec: per_row_nll(load_fp32(spec)[0], held, pad)  # noqa: E731
     scores = {"teacher": per_row_nll(teacher, held, pad), "pruned": nll(str(student))}
     del teacher  # the runs load their own
-    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in SETTINGS}
+    settings = ["default", *[s for s in args.settings if s != "default"]]
+    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in settings}
     for seed in args.seeds:
-        for s in SETTINGS:
+        for s in settings:
             run_dir = work / f"seed{seed}" / s
             shutil.rmtree(run_dir, ignore_errors=True)  # a run dir with checkpoints would resume, not train
             load = os.getloadavg()[0]
@@ -402,8 +405,8 @@ def bench(args: argparse.Namespace, work: Path) -> None:
                   flush=True)
     per_conv = {s: over_seeds([r["nll"] for r in rs]) for s, rs in runs.items()}
     seconds = {s: sum(r["seconds"] for r in rs) / len(rs) for s, rs in runs.items()}
-    picks = {f: choose({v: per_conv[v] for v in vals}, "default", seconds if f in COSTLY else None)
-             for f, vals in FACTORS.items()}
+    picks = {f: choose({v: per_conv[v] for v in vals if v in runs}, "default", seconds if f in COSTLY else None)
+             for f, vals in FACTORS.items() if len([v for v in vals if v in runs]) > 1}
     mopd = compare_mopd(args, student, runs["default"], held, pad, tokens, work) if args.mopd else None
     minutes = (time.time() - t0) / 60
     report(args, scores, per_conv, seconds, picks, mopd, tokens, domains)
