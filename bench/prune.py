@@ -80,6 +80,26 @@ def parse() -> argparse.Namespace:
     return args
 
 
+TRAINING_ARGS = ("teacher", "distill_steps", "search_steps", "batch", "lr", "topk", "data", "n_data")
+
+
+def same_work(args: argparse.Namespace, work: Path) -> None:
+    """The distillation, search and SFT-control runs under ``--work`` resume where they stopped (a
+    killed bench goes on), so a second run with other training settings would silently continue the
+    old runs on another schedule: refuse it in one line. The settings are kept in ``work/args.json``;
+    ``--params`` may differ (each target has its own folder)."""
+    mine = {k: getattr(args, k) for k in TRAINING_ARGS}
+    path = work / "args.json"
+    if path.exists():
+        old = json.loads(path.read_text())
+        diff = sorted(k for k in mine if old.get(k) != mine[k])
+        if diff:
+            raise SystemExit(f"{work} holds runs made with other {', '.join(diff)} ({', '.join(f'{k}={old.get(k)}' for k in diff)}): "
+                             "give another --work, or delete that folder")
+    work.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(mine, indent=1) + "\n")
+
+
 def score(spec: str, args: argparse.Namespace, held: list[Any]) -> dict[str, Any]:
     """``measure``, kept in ``--work``/scores/ under a key of the model's weights (path, size, mtime)
     and the scoring settings: a second run (another ``--params``, or after a kill) does not grade the
@@ -185,6 +205,7 @@ def main() -> None:
 
     torch.manual_seed(0)
     work = Path(args.work)
+    same_work(args, work)
     data = list(args.data)
     if not data:
         data = [str(work / "data" / "arith_train.jsonl")]

@@ -19,3 +19,16 @@ def test_recovery_is_the_ratio_of_paired_means_with_its_delta_se():
         assert all(math.isnan(x) for x in m.recovery(student, teacher, "mcq/"))  # teacher 0: nothing to recover
         pooled, _ = m.recovery(student, teacher)
         assert pooled == pytest.approx(100 * 4 / 4)  # mcq's x counts in the student's sum, not the teacher's
+
+
+def test_a_work_folder_of_other_training_settings_is_refused(tmp_path):
+    import argparse
+
+    with script_module("bench", "prune") as m:
+        args = argparse.Namespace(teacher="t", distill_steps=60, search_steps=10, batch=16, lr=1e-4, topk=64,
+                                  data=["a.jsonl"], n_data=1000)
+        m.same_work(args, tmp_path)
+        m.same_work(args, tmp_path)  # the same settings: resumes
+        args.distill_steps = 30
+        with pytest.raises(SystemExit, match="distill_steps=60"):
+            m.same_work(args, tmp_path)
