@@ -97,6 +97,12 @@ class DistillAlgoConfig(AlgoConfig):
     """``mopd``: per-token teacher − student log-prob (``{type: mopd, reward_coef: 0.1}`` mixes in GRPO)."""
     dynamic_filter: bool = False
     """Off: groups with equal rewards still carry the teacher's dense signal."""
+    overlong_filter: bool = False
+    """Off: the filter exists for the reward (a cut rollout's reward says nothing), but the teacher's
+    per-token log-probs are as valid on a cut rollout as on a finished one, and the rambling that
+    got it cut is what they correct. On, a just-pruned student that runs to ``max_new_tokens`` every
+    time trained on nothing (bench/distill_logits_defaults.py's smoke). Turn it on with
+    ``reward_coef > 0`` if the reward part matters more."""
 
 
 class DistillConfig(RLConfig):

@@ -110,3 +110,16 @@ def test_mopd_advantage_mixes_in_the_verifier_reward():
     torch.testing.assert_close(plain, torch.tensor([[0.5, -0.5], [-1.0, 0.0]]))
     mixed = make_advantage("mopd", reward_coef=0.5, grpo={"scale_by_std": False})(batch)
     torch.testing.assert_close(mixed, torch.tensor([[0.75, -0.25], [-1.25, 0.0]]))  # ± 0.5 · 0.5
+
+
+def test_distillation_keeps_cut_rollouts_by_default():
+    # The overlong filter is about the reward; a cut rollout's teacher signal is valid, so MOPD keeps
+    # it (a rambling just-pruned student would otherwise train on nothing), while RLVR drops it.
+    from posttrain.configs.distill import DistillAlgoConfig
+
+    cut = [Rollout("d", "t0", i, [5, 17, 33], [0, 1, 1], [-1.0, -1.0], "length", float(i), Sampling(1.0))
+           for i in range(2)]
+    kept, stats = filtered_batch(cut, DistillAlgoConfig())
+    assert kept.mask_BT.sum() == 4 and stats["truncated"] == 0
+    dropped, stats = filtered_batch(cut, AlgoConfig(dynamic_filter=False))
+    assert dropped.mask_BT.sum() == 0 and stats["truncated"] == 2
