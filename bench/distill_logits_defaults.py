@@ -42,7 +42,8 @@ KL included). The RL loop has no wall-time budget, so MOPD runs in calls: one st
 the same run (the recipe's LR is constant, so the split changes nothing) to the step count that the
 mean step so far and one more set-up leave room for. Every call's set-up counts against MOPD; the
 seconds it really took are recorded next to the budget, with how many rollouts it trained on (the
-recipe's overlong filter drops truncated rollouts whole, teacher signal and all). Both checkpoints
+overlong filter, off by default for MOPD since this bench's smoke found it dropping every rollout
+of a rambling student, would drop truncated rollouts whole, teacher signal and all). Both checkpoints
 are scored by the dev NLL above (off-policy: reference replies, what distill-logits trains on) and by
 greedy dev reward on ``--n-eval`` tasks of each environment (on-policy: what MOPD trains for), with
 the paired se over tasks; the teacher and the pruned student beside them.
