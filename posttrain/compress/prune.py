@@ -8,6 +8,7 @@ each size rounded to what the axis allows (heads to a multiple of the KV groups,
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,7 @@ def sizes_for_params(cfg: Any, target_params: float, axes: list[str],
     from types import SimpleNamespace
 
     now = current_sizes(cfg)
+    llama = cfg.model_type != "nemotron_h"
 
     def at(f: float) -> Sizes:
         t = SimpleNamespace(mlp_hidden=None, heads=None, kv_heads=None, hidden=None, layers=None, mamba_heads=None,
@@ -59,6 +61,8 @@ def sizes_for_params(cfg: Any, target_params: float, axes: list[str],
             n = max(1, round(old * (1 - f)))
             if a == "heads":
                 n = max(now.kv_heads, n - n % now.kv_heads)
+                while llama and "hidden" not in axes and now.hidden % n and n > now.kv_heads:
+                    n -= now.kv_heads  # transformers' Llama-style configs want hidden % heads == 0
             if a == "hidden":
                 n = max(8, n - n % 8)
             if a == "mamba_heads":
@@ -66,6 +70,9 @@ def sizes_for_params(cfg: Any, target_params: float, axes: list[str],
             if a == "experts":
                 n = max(cfg.num_experts_per_tok, n - n % cfg.n_group)
             setattr(t, a, n)
+        if llama and "hidden" in axes:  # a multiple of 8 and of the heads kept (transformers refuses others)
+            step = math.lcm(8, t.heads or now.heads)
+            t.hidden = max(step, t.hidden - t.hidden % step)
         return check_target(cfg, t)
 
     counted: dict[tuple[Any, ...], int] = {}

@@ -14,6 +14,7 @@ before any weight is read.
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +72,10 @@ def check_target(cfg: Any, t: Any) -> Sizes:
     if cfg.model_type != "nemotron_h" and getattr(cfg, "head_dim", None) is None and want.hidden != now.hidden:
         raise PruneError(f"target.hidden={want.hidden}: the model derives head_dim from hidden_size; set head_dim "
                          "in its config first")
+    if cfg.model_type != "nemotron_h" and want.hidden % want.heads and (want.hidden, want.heads) != (now.hidden, now.heads):
+        raise PruneError(f"target.hidden={want.hidden} is not a multiple of the {want.heads} attention heads kept: "
+                         f"transformers' {cfg.model_type} config refuses it; give a multiple of "
+                         f"{math.lcm(8, want.heads) if want.hidden != now.hidden else want.heads}")
     if want.hidden % 8 and want.hidden != now.hidden:
         raise PruneError(f"target.hidden={want.hidden} must be a multiple of 8 (the embedding rows and every norm "
                          "are cut to it; kernels and vLLM want aligned widths)")

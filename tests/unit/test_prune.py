@@ -97,3 +97,20 @@ def test_calibration_rows_keep_a_row_whose_prompt_is_longer_than_max_len(tmp_pat
     write_jsonl(rows, path)
     got = calibration_rows(str(path), tok, samples=2, max_len=32)
     assert len(got) == 2 and max(len(r) for r in got) == 32 and min(len(r) for r in got) < 32
+
+
+def test_hidden_cut_keeps_a_multiple_of_the_heads_transformers_accepts():
+    # SmolLM2-135M's shape: hidden 576, 9 heads (3 KV groups), head_dim 64. transformers' Llama config
+    # refuses hidden % heads != 0 at save time, so a hidden cut lands on a multiple of lcm(8, 9) = 72.
+    from transformers import LlamaConfig
+
+    cfg = LlamaConfig(vocab_size=512, hidden_size=576, intermediate_size=1536, num_hidden_layers=4,
+                      num_attention_heads=9, num_key_value_heads=3, head_dim=64)
+    full = count_params(cfg)
+    s = sizes_for_params(cfg, 0.8 * full, ["hidden"])
+    assert s.hidden % 72 == 0 and s.hidden < 576
+    s = sizes_for_params(cfg, 0.8 * full, ["hidden", "heads"])
+    assert s.hidden % 8 == 0 and s.hidden % s.heads == 0 and s.heads % 3 == 0
+    with pytest.raises(PruneError, match="not a multiple of the 9 attention heads"):
+        check_target(cfg, NS(mlp_hidden=None, heads=None, kv_heads=None, hidden=424, layers=None,
+                             mamba_heads=None, experts=None))
