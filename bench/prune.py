@@ -156,6 +156,17 @@ def recovery(student: dict[str, float], teacher: dict[str, float], prefix: str =
     return 100 * sum(a) / sum(b), 100 * se
 
 
+def paired_gain(a: dict[str, float], b: dict[str, float]) -> tuple[float, float]:
+    """Mean of a − b over the same tasks, in points, ± its paired se (distillation against the SFT
+    control of the same architecture)."""
+    import math
+
+    d = [a[i] - b[i] for i in sorted(b)]
+    m = sum(d) / len(d)
+    se = math.sqrt(sum((x - m) ** 2 for x in d) / (len(d) - 1) / len(d)) if len(d) > 1 else float("nan")
+    return 100 * m, 100 * se
+
+
 def run_target(p: float, args: argparse.Namespace, data: list[str], held: list[Any], work: Path) -> dict[str, Any]:
     """Search, then width / depth / searched distilled for --distill-steps and the SFT control; scored."""
     from posttrain.compress.distill_logits import train_distill_logits
@@ -221,6 +232,7 @@ def main() -> None:
         for name, s in t["scores"].items():
             s["recovery"] = {env: recovery(s["tasks"], teacher["tasks"], f"{env}/") for env in args.envs}
             s["recovery"]["pooled"] = recovery(s["tasks"], teacher["tasks"])
+        t["distill_minus_sft_control"] = paired_gain(t["scores"]["searched"]["tasks"], t["scores"]["sft_control"]["tasks"])
     print(markdown(args, teacher, targets))
     first = targets[0]
     r = first["scores"]
@@ -233,7 +245,9 @@ def main() -> None:
     print(f"RESULT prune_recovery: {pooled['searched'][0]:.1f} % (± {pooled['searched'][1]:.1f}; searched "
           f"{first['searched']} at ≤ {first['params_target']:.3g} params after {args.distill_steps} distill-logits "
           f"steps of {args.batch}: test accuracy / the teacher's over {n} tasks of {'+'.join(args.envs)}; width "
-          f"{pooled['width'][0]:.1f}, depth {pooled['depth'][0]:.1f}, SFT control {pooled['sft_control'][0]:.1f} %"
+          f"{pooled['width'][0]:.1f}, depth {pooled['depth'][0]:.1f}, SFT control {pooled['sft_control'][0]:.1f} %; "
+          f"distilled − SFT control {first['distill_minus_sft_control'][0]:+.1f} ± {first['distill_minus_sft_control'][1]:.1f} "
+          f"points, paired"
           f"{'; SMOKE: random tiny model, not a figure' if args.smoke else ''})")
 
 

@@ -32,3 +32,12 @@ def test_a_work_folder_of_other_training_settings_is_refused(tmp_path):
         args.distill_steps = 30
         with pytest.raises(SystemExit, match="distill_steps=60"):
             m.same_work(args, tmp_path)
+
+
+def test_paired_gain_is_the_mean_task_difference_with_its_se():
+    with script_module("bench", "prune") as m:
+        a = {"x": 1.0, "y": 1.0, "z": 0.0, "w": 1.0}
+        b = {"x": 0.0, "y": 1.0, "z": 0.0, "w": 0.0}
+        # differences 1, 0, 0, 1: mean 0.5, sd 0.577, se 0.289
+        mean, se = m.paired_gain(a, b)
+        assert mean == pytest.approx(50.0) and se == pytest.approx(100 * 0.57735 / 2, rel=1e-4)
