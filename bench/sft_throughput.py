@@ -1,6 +1,6 @@
 """SFT training throughput on the embedded model, next to the matmul peak measured in the same run.
 
-    python bench/sft_throughput.py [--steps 3] [--batch 16] [--seq 512] [--threads 0] [--profile]
+    python bench/sft_throughput.py [--steps 3] [--batch 16] [--seq 512] [--threads 0] [--profile] [--bf16-master]
 
 Prints, for each trainer:
 * tokens/s — every token of the packed rows (prompt + answer), the usual definition;
@@ -16,10 +16,13 @@ Trainers (same batches, same initial weights, same optimizer):
   run's peaks (``models/precision.py``; bf16 autocast where bf16 is >= 1.3x faster), with the
   attention the training loop then uses (eager in bf16 on the CPU: ``attention_for``);
 * ``posttrain bf16, sdpa`` (only when auto is bf16): bf16 with torch's sdpa attention, the lever's
-  other side.
+  other side;
+* ``posttrain bf16_master`` (``--bf16-master``): ``train.precision: bf16_master`` — bf16 weights, no
+  autocast, AdamW over fp32 masters (``train/master_weights.py``), eager attention as the loop picks
+  it; measured last, on the same batches, so it reads side by side with ``posttrain auto``.
 
-``--profile`` adds a torch.profiler pass over one ``posttrain auto`` step and prints where its time
-goes: matmuls of the transformer layers, the LM head's matmuls (those with a vocabulary-sized
+``--profile`` adds a torch.profiler pass over one ``posttrain auto`` step (and one ``posttrain
+bf16_master`` step with ``--bf16-master``) and prints where its time goes: matmuls of the transformer layers, the LM head's matmuls (those with a vocabulary-sized
 dimension), attention (sdpa forward + backward over the packed rows), dtype casts, the optimizer
 step and collation (packing + tensors; timed directly), the rest.
 
@@ -52,7 +55,7 @@ def matmul_peaks() -> dict[str, float]:
     return {"fp32": fp32 * 1e9, "bf16": bf16 * 1e9}
 
 
-def profile_step(model, opt, examples, pad_id: int, seq: int, precision: str, vocab: int) -> dict[str, float]:
+def profile_step(model, opt, examples, pad_id: int, seq: int, precision: str, vocab: int, master=None) -> dict[str, float]:
     """Seconds by category in one posttrain step (see the module docstring)."""
     from torch.profiler import ProfilerActivity, profile
 
@@ -75,7 +78,7 @@ def profile_step(model, opt, examples, pad_id: int, seq: int, precision: str, vo
     try:
         with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
             t = time.perf_counter()
-            posttrain_step(model, opt, examples, pad_id, seq, precision)
+            posttrain_step(model, opt, examples, pad_id, seq, precision, master)
             total = time.perf_counter() - t
     finally:
         opt.step = step_fn
@@ -103,10 +106,25 @@ def profile_step(model, opt, examples, pad_id: int, seq: int, precision: str, vo
     return out
 
 
-def make_optimizer(model):
+def make_optimizer(params):
     """AdamW as the training loop builds it (``train/loop.py``: fused, fp32 states), for every trainer
     here, the anchor included (transformers' Trainer defaults to adamw_torch_fused with torch >= 2.8)."""
-    return torch.optim.AdamW(model.parameters(), lr=1e-5, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
+    return torch.optim.AdamW(params, lr=1e-5, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
+
+
+MASTER = "posttrain bf16_master"
+
+
+def fresh(model, init, trainer: str):
+    """(optimizer, masters or None): the model back at ``init`` (fp32 weights) and a new AdamW for
+    ``trainer``; for bf16_master the weights are cast to bf16 and AdamW steps their fp32 masters."""
+    from posttrain.train.master_weights import MasterWeights
+
+    for p in model.parameters():  # a bf16_master trainer before left them bf16
+        p.data = p.data.float()
+    model.load_state_dict(init)
+    master = MasterWeights(model) if trainer == MASTER else None
+    return make_optimizer(master.masters if master else model.parameters()), master
 
 
 def make_examples(tok, n: int, seed: int):
@@ -130,7 +148,7 @@ def anchor_step(model, opt, examples, pad_id: int) -> int:
     return int(att.sum())
 
 
-def posttrain_step(model, opt, examples, pad_id: int, seq: int, precision: str) -> int:
+def posttrain_step(model, opt, examples, pad_id: int, seq: int, precision: str, master=None) -> int:
     from posttrain.algos.losses import LossInputs, make_loss
     from posttrain.data.packing import pack_examples
     from posttrain.train.autocast import autocast
@@ -145,7 +163,9 @@ def posttrain_step(model, opt, examples, pad_id: int, seq: int, precision: str) 
             logprobs_BT, mask_BT = row_logprobs(model, r.to_tensors())
             loss = ce(LossInputs(logprobs_BT, mask_BT, num_tokens=n_targets)).loss
         loss.backward()
-    opt.step()
+    if master is not None:  # bf16_master (train/loop.py: update): bf16 grads → fp32 masters → AdamW → bf16 weights
+        master.grads_to_masters()
+    opt.step() if master is None else master.step(opt)
     return sum(len(x) for r in rows for x in r.input_ids_BT)
 
 
@@ -157,6 +177,8 @@ def main() -> int:
     ap.add_argument("--seq", type=int, default=512, help="packed row length (the SFT default)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default, one per core)")
     ap.add_argument("--profile", action="store_true", help="also profile one posttrain step (where the time goes)")
+    ap.add_argument("--bf16-master", action="store_true",
+                    help="also measure train.precision=bf16_master (bf16 weights, fp32 masters) on the same batches")
     ap.add_argument("--no-save", action="store_true")
     args = ap.parse_args()
 
@@ -197,11 +219,13 @@ def main() -> int:
         trainers["posttrain bf16, sdpa"] = lambda ex: posttrain_step(model, opt, ex, pad_id, args.seq, "bf16")
     trainers[f"posttrain auto ({precision})"] = with_attention(
         auto_attention, lambda ex: posttrain_step(model, opt, ex, pad_id, args.seq, precision))
+    if args.bf16_master:  # eager attention: what attention_for picks for it on the CPU (rows <= 512)
+        trainers[MASTER] = with_attention(
+            "eager", lambda ex: posttrain_step(model, opt, ex, pad_id, args.seq, "bf16_master", master))
     results: dict[str, dict] = {}
     init = {k: v.clone() for k, v in model.state_dict().items()}
     for name, step in trainers.items():
-        model.load_state_dict(init)
-        opt = make_optimizer(model)
+        opt, master = fresh(model, init, name)
         step(batches[0])  # warm-up
         times, tokens = [], 0
         for ex in batches[1:]:
@@ -216,14 +240,20 @@ def main() -> int:
                          "model_flops": flops, "frac_fp32_peak": flops / peaks["fp32"],
                          "frac_bf16_peak": flops / peaks["bf16"], "frac_best_peak": flops / peaks[best],
                          "tokens": tokens}
-    prof = None
+    prof = prof_master = None
     if args.profile:
-        model.load_state_dict(init)
-        opt = make_optimizer(model)
+        opt, _ = fresh(model, init, "auto")
         model.set_attn_implementation(auto_attention)
         posttrain_step(model, opt, batches[0], pad_id, args.seq, precision)
         prof = profile_step(model, opt, batches[1], pad_id, args.seq, precision, model.config.vocab_size)
         model.set_attn_implementation("sdpa")
+        if args.bf16_master:
+            opt, master = fresh(model, init, MASTER)
+            model.set_attn_implementation("eager")
+            posttrain_step(model, opt, batches[0], pad_id, args.seq, "bf16_master", master)
+            prof_master = profile_step(model, opt, batches[1], pad_id, args.seq, "bf16_master",
+                                       model.config.vocab_size, master)
+            model.set_attn_implementation("sdpa")
     # The peaks again, after the trainers; the higher of the two counts. A busy moment during the
     # first measurement must not lower the peak: at load 1.6 one run measured fp32 81 GFLOP/s while
     # the fp32 trainer itself then ran at 154 (a "190% of peak" that only says the peak was wrong).
@@ -249,15 +279,20 @@ def main() -> int:
     speedup = auto["tokens_per_s"] / results["anchor"]["tokens_per_s"]
     print(f"posttrain auto ({precision}, {auto_attention} attention) / anchor: {speedup:.2f}×; / posttrain fp32: "
           f"{auto['tokens_per_s'] / results['posttrain fp32']['tokens_per_s']:.2f}×")
-    if prof:
-        print(f"where one posttrain auto step's {prof['total step']:.1f} s go:")
-        for k, v in prof.items():
-            if k != "total step":
-                print(f"  {k:45s} {v:6.2f} s  {100 * v / prof['total step']:5.1f}%")
+    if MASTER in results:
+        print(f"posttrain bf16_master / posttrain auto ({precision}): "
+              f"{results[MASTER]['tokens_per_s'] / auto['tokens_per_s']:.2f}× (same batches, same run)")
+    for label, p in (("posttrain auto", prof), ("posttrain bf16_master", prof_master)):
+        if p:
+            print(f"where one {label} step's {p['total step']:.1f} s go:")
+            for k, v in p.items():
+                if k != "total step":
+                    print(f"  {k:45s} {v:6.2f} s  {100 * v / p['total step']:5.1f}%")
     if not args.no_save:
         out = Path(__file__).parent / "results" / "sft_throughput.jsonl"
         append_row(out, {"bench": "sft_throughput", "model": args.model, "peaks": peaks, "precision": precision,
                          "best_peak": best, "results": results, "speedup": speedup, "profile": prof,
+                         "profile_bf16_master": prof_master,
                          "args": vars(args), "auto_attention": auto_attention,
                          **provenance("none", machine(load_before, load_after, threads=torch.get_num_threads(),
                                                       capability=torch.backends.cpu.get_cpu_capability()))})

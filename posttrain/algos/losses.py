@@ -106,7 +106,9 @@ class LossOutput:
 def token_logprobs(logits_BTV: Tensor, targets_BT: Tensor) -> Tensor:
     """Log-prob of each target token. ``targets_BT`` = −100 gives 0 (an ignored position).
 
-    Uses cross_entropy rather than log_softmax + gather so no B×T×V log-prob tensor is kept.
+    Uses cross_entropy rather than log_softmax + gather so no B×T×V log-prob tensor is kept; in fp32
+    whatever the logits' dtype (bf16 under autocast or bf16_master), as bf16 log-probs would be
+    rounded to ~0.016 nat (train/supervised.py).
     """
     B, T, V = logits_BTV.shape
     nll = F.cross_entropy(logits_BTV.reshape(B * T, V).float(), targets_BT.reshape(B * T), reduction="none")

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from posttrain.configs.base import StrictModel
 from posttrain.configs.plugins import DPOLossConfig
-from posttrain.configs.train import LoopConfig, MoEConfig, OptimConfig
+from posttrain.configs.train import LoopConfig, MoEConfig, OptimConfig, refuse_bf16_master
 
 
 class DPODataConfig(StrictModel):
@@ -32,6 +32,11 @@ class DPOTrainConfig(LoopConfig):
     eval_every: int = Field(0, ge=0)
     """Held-out metrics every N steps (0: at the start and the end only)."""
     save_every: int = Field(10, ge=0)
+
+    @field_validator("precision")
+    @classmethod
+    def _fp32_weights(cls, v: str) -> str:
+        return refuse_bf16_master(v, "dpo", "its summed log-prob margins")
 
 
 class DPOConfig(StrictModel):

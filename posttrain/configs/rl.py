@@ -11,7 +11,7 @@ from posttrain.configs.plugins import (AdvantageConfig, EngineConfig, GRPOAdvant
                                        LossConfig, LossTermConfig, PGLossConfig, fill_default_types,
                                        renamed)
 from posttrain.configs.scale import ScaleConfig
-from posttrain.configs.train import LoopConfig, MoEConfig, OptimConfig
+from posttrain.configs.train import LoopConfig, MoEConfig, OptimConfig, refuse_bf16_master
 
 
 class EnvSpec(StrictModel):
@@ -185,6 +185,11 @@ class RLTrainConfig(LoopConfig):
     """Checkpoint every N steps (the last step is always saved)."""
     plot: bool = True
     """Write ``rewards.png`` (reward / pass rate over steps) next to metrics.jsonl."""
+
+    @field_validator("precision")
+    @classmethod
+    def _fp32_weights(cls, v: str) -> str:  # also keeps bf16_master off sharded trainers (only RL shards)
+        return refuse_bf16_master(v, "rl", "its on-policy ratios")
 
 
 class RLConfig(StrictModel):

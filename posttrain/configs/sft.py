@@ -53,4 +53,7 @@ class SFTConfig(StrictModel):
         if self.lora.enabled and self.train.freeze_layers:
             raise ValueError("lora.enabled and train.freeze_layers both choose which weights train: set one "
                              f"(got lora.enabled=true, train.freeze_layers={self.train.freeze_layers})")
+        if self.lora.enabled and self.train.precision == "bf16_master":  # train/master_weights.py
+            raise ValueError("train.precision=bf16_master does not train LoRA adapters (the frozen base would be "
+                             "merged and saved from bf16): use precision auto, bf16 or fp32 with lora.enabled")
         return self

@@ -45,12 +45,28 @@ class MoEConfig(StrictModel):
     """Aux-loss-free expert-bias update rate (NemotronH only)."""
 
 
+def refuse_bf16_master(precision: str, stage: str, why: str) -> str:
+    """``precision`` unless it is ``bf16_master`` in a stage whose numerics need fp32 weights."""
+    if precision == "bf16_master":
+        raise ValueError(f"bf16_master trains bf16 weights; the {stage} stage needs fp32 weights for {why} "
+                         "(models/precision.py): use auto, bf16 or fp32")
+    return precision
+
+
 class LoopConfig(StrictModel):
     """What the training loop itself needs (``train/loop.py``); each stage's ``train`` section."""
 
     steps: int = Field(100, ge=1)
     seed: int = 0
-    precision: Literal["auto", "bf16", "fp32"] = "auto"
+    precision: Literal["auto", "bf16", "bf16_master", "fp32"] = "auto"
+    """What the training forward and backward compute in (``models/precision.py``).
+    ``fp32``: fp32 weights and compute. ``bf16``: fp32 weights, bf16 autocast (the matmuls in bf16,
+    norms, activations and the loss in fp32). ``bf16_master`` (SFT-kind stages only: sft,
+    distill-logits): bf16 weights, so forward and backward run in bf16 throughout, with an fp32
+    master copy of every weight that clipping and AdamW work on; checkpoints are saved from the
+    fp32 masters (``train/master_weights.py``). Refused with LoRA, hybrid (Mamba) and MoE models, and
+    in the RL and DPO stages. Built, not yet measured (docs/benchmarks.md, SFT throughput), so
+    ``auto`` never picks it: ``auto`` chooses between ``bf16`` and ``fp32`` only."""
     freeze_layers: int = Field(0, ge=0)
     """Train only the top of the network: the token embeddings (and an output head tied to them)
     and the first N decoder blocks get no gradient and no optimizer state, and backward stops at

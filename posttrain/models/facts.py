@@ -13,8 +13,10 @@ class PackingError(UserError, ValueError):
 
 def is_hybrid(model: Any) -> bool:
     """Models with recurrent (Mamba) layers, which cannot be packed (see data/packing.py): a
-    recurrent state would carry from one packed sequence into the next."""
-    return "nemotron_h" in getattr(model.config, "model_type", "") or hasattr(model.config, "mamba_num_heads")
+    recurrent state would carry from one packed sequence into the next. ``model``: a model, or its
+    config alone (checked before any weight loads)."""
+    config = getattr(model, "config", model)
+    return "nemotron_h" in getattr(config, "model_type", "") or hasattr(config, "mamba_num_heads")
 
 
 def use_packing(model: Any, setting: Literal["auto", "on", "off"]) -> bool:

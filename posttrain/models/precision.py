@@ -78,7 +78,7 @@ class Probe:
 
 @dataclass(frozen=True)
 class Decision:
-    precision: str  # "bf16" | "fp32"
+    precision: str  # "bf16" (autocast) | "bf16_master" (bf16 weights, fp32 masters) | "fp32"
     stage: str
     reason: str
     probe: Probe | None = None
@@ -200,11 +200,12 @@ def machine_probe(refresh: bool = False) -> Probe:
 
 
 def resolve(precision: str, stage: Stage, device: str = "cpu") -> Decision:
-    """The precision a stage runs in: an explicit ``bf16``/``fp32`` wins; ``auto`` decides."""
-    if precision in ("bf16", "fp32"):
+    """The precision a stage runs in: an explicit ``bf16``/``bf16_master``/``fp32`` wins; ``auto``
+    decides between ``bf16`` and ``fp32`` (never ``bf16_master``: not measured yet, configs/train.py)."""
+    if precision in ("bf16", "bf16_master", "fp32"):
         return Decision(precision, stage, "set in the config")
     if precision != "auto":
-        raise ValueError(f"precision must be auto, bf16 or fp32, got {precision!r}")
+        raise ValueError(f"precision must be auto, bf16, bf16_master or fp32, got {precision!r}")
     if device.startswith("cuda"):
         import torch
 
@@ -228,12 +229,13 @@ def attention_for(model: object, precision: str, device: str, max_len: int | Non
     eager 40–42 s vs sdpa 22–23 s; 1024 tokens (unpacked) 10.2–10.7 s vs 7.6–8.6 s; 512 tokens
     2.7–3.0 s vs 3.2–3.8 s. So rows longer than ``EAGER_MAX_LEN`` (``max_len``, the stage's
     longest row; None: short rows) keep sdpa. Hybrid (Mamba) models are left alone. The setting is
-    not saved in checkpoints.
+    not saved in checkpoints. ``bf16_master`` (bf16 weights) follows ``bf16``: its matmuls are the
+    same bf16 ones (not measured separately).
     """
     from posttrain.models.facts import is_hybrid
 
     config = getattr(model, "config", None)
-    if (precision != "bf16" or device != "cpu" or is_hybrid(model) or (max_len or 0) > EAGER_MAX_LEN
+    if (precision not in ("bf16", "bf16_master") or device != "cpu" or is_hybrid(model) or (max_len or 0) > EAGER_MAX_LEN
             or getattr(config, "_attn_implementation", None) != "sdpa" or not hasattr(model, "set_attn_implementation")):
         return None
     model.set_attn_implementation("eager")  # type: ignore[attr-defined]

@@ -1,6 +1,8 @@
 """Autocast for a training stage; *which* precision is decided in ``models/precision.py`` (a cached
-matmul probe per machine plus a per-stage numerics rule). Weights, gradient accumulation and
-optimizer states stay fp32 in every case: autocast only runs the matmuls in bf16.
+matmul probe per machine plus a per-stage numerics rule). Under ``bf16`` the weights, gradient
+accumulation and optimizer states stay fp32: autocast only runs the matmuls in bf16. ``fp32`` and
+``bf16_master`` need no autocast: under ``bf16_master`` the weights themselves are bf16, with fp32
+masters for the optimizer (``train/master_weights.py``).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from typing import Literal
 
 from posttrain.models.precision import Decision, Stage, resolve
 
-Precision = Literal["auto", "bf16", "fp32"]
+Precision = Literal["auto", "bf16", "bf16_master", "fp32"]
 
 
 def resolve_precision(precision: Precision, device: str, stage: Stage = "sft") -> str:

@@ -44,12 +44,28 @@ def save_hf_model(model: Any, tokenizer: Any, out_dir: str | Path, state_dict: d
         to_save = copy.deepcopy(model).merge_and_unload()  # merge on a copy: the live weights stay exact
     if state_dict is None and sharding.current() is not None:
         state_dict = sharding.ask_full_state(model)[0]
-    to_save.save_pretrained(out, safe_serialization=True, state_dict=state_dict)
+    floats = {str(v.dtype).removeprefix("torch.") for v in (state_dict or {}).values() if v.is_floating_point()}
+    to_save.save_pretrained(out, safe_serialization=True, state_dict=state_dict)  # (empties state_dict)
+    if len(floats) == 1:
+        _say_saved_dtype(out, floats.pop())
     tok = copy.copy(tokenizer)
     tok.chat_template = chat_template_text()
     if tok.eos_token != IM_END and IM_END in tok.get_vocab():
         tok.eos_token = IM_END  # generation must stop at the end of an assistant turn
     tok.save_pretrained(out)
+
+
+def _say_saved_dtype(out: Path, dtype: str) -> None:
+    """config.json's ``dtype`` names the live model's dtype, and ``from_pretrained`` loads in it by
+    default; weights saved from other tensors (``bf16_master``'s fp32 masters of a bf16 model) must
+    load as what was written, so it names their dtype instead."""
+    import json
+
+    path = out / "config.json"
+    config = json.loads(path.read_text())
+    if config.get("dtype") != dtype:
+        config["dtype"] = dtype
+        path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def save_checkpoint(run_dir: str | Path, step: int, model: Any, tokenizer: Any, state: dict[str, Any],

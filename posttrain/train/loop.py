@@ -18,6 +18,8 @@ One step::
         out = loss(stage.loss_inputs(model, micro))   # (+ MoE balance loss where routers train)
         out.loss.backward()
     clip → AdamW → expert biases → stage.after_update()
+    (bf16_master: bf16 grads → fp32 masters before the clip, bf16 weights ← masters after AdamW;
+    train/master_weights.py)
     metrics = stage.end_step(step, batch, metrics) → metrics.jsonl → checkpoint → fault hook
 
 Resume: a checkpoint stores the weights (an HF directory), the optimizer, every RNG and the
@@ -118,7 +120,7 @@ class Trainer:
     tokenizer: Any
     device: Any
     opt: Any
-    params: list[Any]
+    params: list[Any]  # what the optimizer steps and clipping sees: the trainable parameters, or their fp32 masters
     amp: Callable[[], Any]  # autocast context for forward passes (bf16 or a no-op)
     monitor: Any  # RouterMonitor on MoE models, else None
     log: Any  # MetricsLogger
@@ -127,6 +129,7 @@ class Trainer:
     resume_state: dict[str, Any] = field(default_factory=dict)  # the stage's state from the checkpoint
     precision: Any = None  # models.precision.Decision: what ran and why (logged with the first step)
     ranks: Any = None  # sharding.Ranks in a sharded trainer (scale.trainer.count > 1), else None
+    master: Any = None  # master_weights.MasterWeights under precision bf16_master, else None
 
     @property
     def run_dir(self) -> Path:
@@ -159,6 +162,7 @@ def setup(cfg: StageConfig, lora: LoRAConfig | None = None, freeze_routers: bool
     from posttrain.models.precision import attention_for
     from posttrain.train import sharding
     from posttrain.train.autocast import autocast, decide_precision
+    from posttrain.train.master_weights import MasterWeights, refusal
 
     run_dir, loop, ranks = Path(cfg.run_dir), cfg.train, sharding.current()
     main = ranks is None or ranks.main
@@ -170,9 +174,13 @@ def setup(cfg: StageConfig, lora: LoRAConfig | None = None, freeze_routers: bool
     except OSError as e:
         raise RunDirError(f"cannot write the run directory {run_dir} ({_why(e)}): set run_dir= to a "
                           "writable directory") from None
+    if loop.precision == "bf16_master" and (why := refusal(cfg.model)):  # from the model's config alone
+        raise UserError(f"train.precision=bf16_master: {why}; use precision auto, bf16 or fp32")
     torch.manual_seed(loop.seed)
     resume_from = latest_checkpoint(run_dir)
-    model, tok, device, state = _load(cfg.model, loop.seed, lora, resume_from, main)
+    # bf16_master's masters start from fp32 weights even where the default is bf16 (CUDA)
+    dtype = torch.float32 if loop.precision == "bf16_master" else None
+    model, tok, device, state = _load(cfg.model, loop.seed, lora, resume_from, main, dtype)
     model.config.use_cache = False
     if (frozen := freeze_bottom(model, loop.freeze_layers)) and main:  # with LoRA: refused by the config
         print(f"[{run_dir.name}] frozen: embeddings + blocks 0..{loop.freeze_layers - 1} ({frozen / 1e6:.1f}M weights)")
@@ -187,7 +195,8 @@ def setup(cfg: StageConfig, lora: LoRAConfig | None = None, freeze_routers: bool
     if ranks is not None:
         sharding.shard_model(model, ranks)
 
-    params = [p for p in model.parameters() if p.requires_grad]
+    master = MasterWeights(model) if precision == "bf16_master" else None  # the model's weights become bf16
+    params = master.masters if master else [p for p in model.parameters() if p.requires_grad]
     opt, fused = _make_optimizer(cfg.optim, params, device)
     start = 0
     if resume_from is not None:
@@ -203,17 +212,17 @@ def setup(cfg: StageConfig, lora: LoRAConfig | None = None, freeze_routers: bool
         truncate_metrics(run_dir, start if resume_from is not None else None)
         log = MetricsLogger(run_dir, loop.tensorboard, loop.wandb_project, cfg.model_dump(mode="json"))  # type: ignore[attr-defined]
     return Trainer(cfg, model, tok, device, opt, params, lambda: autocast(precision, device), monitor, log,
-                   start, resume_from, state, decision, ranks)
+                   start, resume_from, state, decision, ranks, master)
 
 
-def _load(spec: str, seed: int, lora: LoRAConfig | None, resume_from: Path | None, main: bool
+def _load(spec: str, seed: int, lora: LoRAConfig | None, resume_from: Path | None, main: bool, dtype: Any = None
           ) -> tuple[Any, Any, Any, dict[str, Any]]:
     """(model, tokenizer, device, trainer state): ``spec`` loaded, or the checkpoint ``resume_from``
     (with its trainer state on the main rank); a LoRA adapter applied (and restored) when enabled."""
     from posttrain.models.loading import load_model
     from posttrain.train.checkpoint import load_trainer_state
 
-    loaded = load_model(spec, seed=seed)
+    loaded = load_model(spec, seed=seed, dtype=dtype)
     model, tok, device = loaded.model, loaded.tokenizer, loaded.device
     lora_on = lora is not None and lora.enabled
     try:
@@ -414,6 +423,8 @@ def update(t: Trainer, stage: Stage, micro: list[Any], loss_fn: Callable[[Any], 
         sums = total
     m: dict[str, Any] = {k: v / weights[k] for k, v in sums.items() if weights.get(k)}
     m["loss"] = loss_total
+    if t.master is not None:  # bf16_master: clip and step the fp32 masters (train/master_weights.py)
+        t.master.grads_to_masters()
     norm = torch.nn.utils.clip_grad_norm_(t.params, t.cfg.optim.grad_clip)
     m["grad_norm"] = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
     if not (math.isfinite(loss_total) and math.isfinite(m["grad_norm"])):
@@ -423,7 +434,7 @@ def update(t: Trainer, stage: Stage, micro: list[Any], loss_fn: Callable[[Any], 
             f"{where}: loss {loss_total:g}, gradient norm {m['grad_norm']:g}: training diverged (not finite); "
             f"no update was applied and no checkpoint written ({_last_good(t)}); lower optim.lr "
             f"(now {t.cfg.optim.lr:g}) and re-run")
-    t.opt.step()
+    t.opt.step() if t.master is None else t.master.step(t.opt)  # bf16_master: and the bf16 weights ← masters
     if lb_coef:
         m["moe_lb_loss"] = lb_total / len(micro)
     if t.monitor is not None and t.cfg.moe.bias_update_rate > 0:
@@ -469,6 +480,8 @@ def save(t: Trainer, step: int, stage: Stage) -> Path:
     weights, optim = None, None  # sharded: full state dicts gathered by every rank, here on rank 0
     if t.ranks is not None:
         weights, optim = sharding.ask_full_state(t.model, t.opt)
+    elif t.master is not None:  # bf16_master: saved from the fp32 masters, so the checkpoint is fp32
+        weights = t.master.state_dict()
     with torch.no_grad():
         finite = all(bool(torch.isfinite(p).all()) for p in (weights.values() if weights else t.params))
     if not finite:

@@ -41,6 +41,8 @@ def row_logprobs(model: Any, batch: dict[str, Any]) -> tuple[Any, Any]:
     labels = batch["labels"]
     if labels.shape[0] == 1:
         logits_NV, targets_N = target_logits(model, batch)
+        # the log-softmax in fp32: the logits are bf16 under bf16 autocast and bf16_master, and a bf16
+        # log-prob of 2-4 nats is rounded to steps of 2^-6 (0.016 nat), as large as what a step changes
         logprobs_BT = -F.cross_entropy(logits_NV.float(), targets_N, reduction="none")[None]
         return logprobs_BT, torch.ones_like(logprobs_BT, dtype=torch.bool)
     out = model(input_ids=batch["input_ids"], attention_mask=batch.get("attention_mask"), use_cache=False)

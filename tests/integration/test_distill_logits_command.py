@@ -54,6 +54,18 @@ def test_heldout_kl_falls_and_the_student_loads_in_transformers(pair, tmp_path):
     assert torch.isfinite(model(torch.tensor([[1, 5, 9]])).logits).all()
 
 
+def test_bf16_master_distils_as_fp32_does_and_saves_fp32(pair, tmp_path):
+    """``train.precision=bf16_master`` (bf16 student weights, fp32 masters: train/master_weights.py):
+    the held-out KL falls as in the fp32 test above, and the checkpoint loads as fp32."""
+    run = tmp_path / "run"
+    assert distill(pair, run, "train.steps=8", "train.precision=bf16_master") == 0
+    m = metrics(run)
+    assert json.loads((run / "precision.json").read_text())["precision"] == "bf16_master"
+    assert m[-1]["val_kl"] < 0.6 * m[0]["val_kl"], (m[0]["val_kl"], m[-1]["val_kl"])
+    model = AutoModelForCausalLM.from_pretrained(run / "checkpoints" / "step_000008")
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+
+
 def test_cached_teacher_gives_the_in_step_figures_and_a_mismatch_is_refused(pair, tmp_path, capsys):
     cache = tmp_path / "teacher.safetensors"
     args = ["train.steps=2", "teacher.topk=8", "loss.temperature=2", "loss.ce_weight=0.1"]
