@@ -65,8 +65,9 @@ class LoopConfig(StrictModel):
     distill-logits): bf16 weights, so forward and backward run in bf16 throughout, with an fp32
     master copy of every weight that clipping and AdamW work on; checkpoints are saved from the
     fp32 masters (``train/master_weights.py``). Refused with LoRA, hybrid (Mamba) and MoE models, and
-    in the RL and DPO stages. Built, not yet measured (docs/benchmarks.md, SFT throughput), so
-    ``auto`` never picks it: ``auto`` chooses between ``bf16`` and ``fp32`` only."""
+    in the RL and DPO stages. Measured once at 1.06x ``auto``'s tokens/s (docs/benchmarks.md, SFT
+    throughput): one run is not a default, so ``auto`` never picks it; ``auto`` chooses between
+    ``bf16`` and ``fp32`` only."""
     freeze_layers: int = Field(0, ge=0)
     """Train only the top of the network: the token embeddings (and an output head tied to them)
     and the first N decoder blocks get no gradient and no optimizer state, and backward stops at
