@@ -71,7 +71,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import posttrain  # noqa: F401,E402  (before torch: the MKL shim of models/blas.py)
-from results_row import append_row, machine, provenance  # noqa: E402  (bench/results_row.py)
+from results_row import append_row, machine, provenance, record_args, refuse_smoke_record  # noqa: E402  (bench/results_row.py)
 
 RESULTS = ROOT / "bench" / "results" / "distill_logits_defaults.jsonl"
 RECIPE = ROOT / "recipes" / "distill_logits.yaml"
@@ -104,15 +104,13 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--max-new-tokens", type=int, default=128, help="per MOPD rollout and per eval reply")
     ap.add_argument("--work", help="student and runs (default runs/bench_distill_defaults; --smoke: a temp dir)")
     ap.add_argument("--smoke", action="store_true", help="tiny-llama and tiny budgets (figures mean nothing)")
-    ap.add_argument("--no-record", action="store_true")
-    ap.add_argument("--results", default=str(RESULTS))
+    record_args(ap, RESULTS)
     args = ap.parse_args()
     if args.smoke:
         args.teacher = args.teacher or "tiny-llama"
         args.params, args.steps, args.batch, args.heldout, args.n_eval = 8.0e4, 2, 4, 8, 4
         args.max_new_tokens = 8
-        if not args.no_record and Path(args.results).resolve() == RESULTS:
-            ap.error(f"--smoke figures are not evidence: add --no-record, or --results PATH outside {RESULTS.parent}")
+        refuse_smoke_record(ap, args, RESULTS)
     elif not (args.teacher and args.data):
         ap.error("--teacher (the SFT checkpoint to prune) and --data (its training JSONL) are required, or --smoke")
     return args

@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import posttrain  # noqa: F401,E402  (before torch: the MKL shim of models/blas.py)
-from results_row import append_row, machine, provenance  # noqa: E402  (bench/results_row.py)
+from results_row import append_row, machine, provenance, record_args, refuse_smoke_record  # noqa: E402  (bench/results_row.py)
 
 RESULTS = ROOT / "bench" / "results" / "prune.jsonl"
 VARIANTS = {"width": "mlp_hidden", "depth": "layers"}  # variant → prune-search candidate name
@@ -66,8 +66,7 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--decode-tokens", type=int, default=64)
     ap.add_argument("--work", default="runs/bench_prune", help="checkpoints and tables go here")
     ap.add_argument("--smoke", action="store_true", help="tiny-llama and tiny budgets (figures mean nothing)")
-    ap.add_argument("--no-record", action="store_true")
-    ap.add_argument("--results", default=str(RESULTS))
+    record_args(ap, RESULTS)
     args = ap.parse_args()
     if args.smoke:
         args.teacher = args.teacher or "tiny-llama"
@@ -75,8 +74,7 @@ def parse() -> argparse.Namespace:
         args.topk, args.n_data, args.n_eval, args.max_new_tokens, args.decode_tokens = 16, 40, 4, 16, 4
     if not args.teacher:
         ap.error("--teacher is required (the SFT checkpoint to prune), or --smoke")
-    if args.smoke and not args.no_record and Path(args.results).resolve() == RESULTS:
-        ap.error(f"--smoke figures are not evidence: add --no-record, or --results PATH outside {RESULTS.parent}")
+    refuse_smoke_record(ap, args, RESULTS)
     return args
 
 

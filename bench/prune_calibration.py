@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import posttrain  # noqa: F401,E402  (before torch: the MKL shim of models/blas.py)
-from results_row import append_row, machine, provenance  # noqa: E402  (bench/results_row.py)
+from results_row import append_row, machine, provenance, record_args, refuse_smoke_record  # noqa: E402  (bench/results_row.py)
 
 RESULTS = ROOT / "bench" / "results" / "prune_calibration.jsonl"
 DEFAULT = {"samples": 64, "max_seq_len": 256, "aggregation": "mean"}  # configs/prune.py: CalibrationConfig
@@ -58,14 +58,12 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--draws", type=int, default=3, help="calibration draws (seeds) per setting")
     ap.add_argument("--heldout", type=int, default=100, help="dev conversations per domain (arithmetic, instruction)")
     ap.add_argument("--smoke", action="store_true", help="tiny-llama, tiny grid (figures mean nothing)")
-    ap.add_argument("--no-record", action="store_true")
-    ap.add_argument("--results", default=str(RESULTS))
+    record_args(ap, RESULTS)
     args = ap.parse_args()
     if args.smoke:
         args.model, args.params, args.samples, args.lengths, args.draws, args.heldout = \
             "tiny-llama", 8.0e4, [4, 8], [32, 64], 2, 8
-        if not args.no_record and Path(args.results).resolve() == RESULTS:
-            ap.error(f"--smoke figures are not evidence: add --no-record, or --results PATH outside {RESULTS.parent}")
+        refuse_smoke_record(ap, args, RESULTS)
     if not args.model:
         ap.error("--model is required (the checkpoint to prune), or --smoke")
     return args

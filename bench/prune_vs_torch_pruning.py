@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import posttrain  # noqa: F401,E402  (before torch: the MKL shim of models/blas.py)
-from results_row import append_row, machine, provenance  # noqa: E402  (bench/results_row.py)
+from results_row import append_row, machine, provenance, record_args, refuse_smoke_record  # noqa: E402  (bench/results_row.py)
 
 RESULTS = ROOT / "bench" / "results" / "prune_vs_torch_pruning.jsonl"
 
@@ -55,13 +55,11 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--calib", type=int, default=64, help="calibration conversations (posttrain and taylor)")
     ap.add_argument("--heldout", type=int, default=200, help="dev-split conversations the loss is measured on")
     ap.add_argument("--smoke", action="store_true", help="tiny-llama, 8 calibration rows (figures mean nothing)")
-    ap.add_argument("--no-record", action="store_true")
-    ap.add_argument("--results", default=str(RESULTS))
+    record_args(ap, RESULTS)
     args = ap.parse_args()
     if args.smoke:
         args.model, args.params, args.calib, args.heldout = "tiny-llama", 8.0e4, 8, 16
-        if not args.no_record and Path(args.results).resolve() == RESULTS:
-            ap.error(f"--smoke figures are not evidence: add --no-record, or --results PATH outside {RESULTS.parent}")
+        refuse_smoke_record(ap, args, RESULTS)
     return args
 
 

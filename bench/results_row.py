@@ -139,3 +139,15 @@ def mean_se(xs: list[float]) -> tuple[float, float]:
     import statistics
 
     return statistics.fmean(xs), (statistics.stdev(xs) / len(xs) ** 0.5 if len(xs) > 1 else float("nan"))
+
+
+def record_args(ap: Any, results: Path) -> None:
+    """``--no-record`` and ``--results`` of a bench that appends to ``results`` (its jsonl)."""
+    ap.add_argument("--no-record", action="store_true", help="print only; append no row")
+    ap.add_argument("--results", default=str(results), help="the jsonl the row is appended to")
+
+
+def refuse_smoke_record(ap: Any, args: Any, results: Path) -> None:
+    """A ``--smoke`` run (random tiny model) may not append to the bench's own results file."""
+    if args.smoke and not args.no_record and Path(args.results).resolve() == results:
+        ap.error(f"--smoke figures are not evidence: add --no-record, or --results PATH outside {results.parent}")
