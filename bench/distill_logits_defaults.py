@@ -483,7 +483,7 @@ def report(args: argparse.Namespace, scores: dict[str, list[float]], per_conv: d
               + f" | {100 * sum(acc) / len(acc):.1f}% |")
     d, m = mopd["reward_mopd_minus_logits"], mopd["arms"]["mopd"]
     print(f"MOPD trained on {sum(x['rollouts_trained'] for x in m)} of {sum(x['rollouts_sampled'] for x in m)} "
-          "sampled rollouts (the overlong filter drops truncated ones whole)")
+          "sampled rollouts (with algo.overlong_filter on, truncated ones would be dropped whole)")
     print("MOPD − distill-logits: dev NLL {:+.4f} ± {:.4f}; reward ".format(*mopd["nll_mopd_minus_logits"])
           + ", ".join(f"{k} {100 * m:+.1f} ± {100 * se:.1f} pts" for k, (m, se) in d.items()))
 
