@@ -157,14 +157,10 @@ def write_pruned(model: Any, imp: Any, sizes: Sizes, tok: Any, rows: list[list[i
 
 def run_prune(cfg: Any) -> PruneResult:
     """The whole command: see the module docstring. Target checked against config.json first."""
-    from transformers import AutoConfig
-
-    from posttrain.models.loading import resolve_spec
+    from posttrain.models.loading import model_config
 
     check_inputs(cfg.model, cfg.calibration.path)
-    where = resolve_spec(cfg.model)
-    if isinstance(where, Path):  # fail on the target before any weight is read
-        target_sizes(AutoConfig.from_pretrained(where), cfg.target)
+    target_sizes(model_config(cfg.model), cfg.target)  # fail on the target before any weight is read
     model, tok, rows, imp = load_and_score(cfg.model, cfg.calibration, cfg.depth_metric, cfg.seed)
     sizes = target_sizes(model.config, cfg.target)
     return write_pruned(model, imp, sizes, tok, rows, Path(cfg.out), {

@@ -86,16 +86,6 @@ def candidate_sizes(hf_config: Any, cfg: PruneSearchConfig) -> dict[str, Sizes]:
     return out
 
 
-def model_config(spec: str) -> Any:
-    """The HF config of ``spec``: config.json for a directory (no weights read), the tiny model's own."""
-    from transformers import AutoConfig
-
-    from posttrain.models.loading import load_model, resolve_spec
-
-    where = resolve_spec(spec)
-    return AutoConfig.from_pretrained(where) if isinstance(where, Path) else load_model(spec, device="cpu").model.config
-
-
 def distill_config(cfg: PruneSearchConfig, student: Path, run_dir: Path) -> DistillLogitsConfig:
     """The ``posttrain distill-logits`` config of one candidate: the search's budget, the unpruned model
     as teacher, the shared top-k cache when ``distill.topk`` is set."""
@@ -162,6 +152,7 @@ class SearchResult:
 def check_search(cfg: PruneSearchConfig) -> dict[str, Sizes]:
     """Everything that can fail before a weight is read: the data files, the calibration file, a LoRA
     directory, every candidate's sizes."""
+    from posttrain.models.loading import model_config
     from posttrain.train.sft import check_data_files
 
     check_inputs(cfg.model, cfg.calibration.path)

@@ -121,6 +121,19 @@ def resolve_spec(spec: str) -> Path | str:
     raise ModelNotFound(f"model {spec!r} is neither a known name ({known}) nor a directory with config.json")
 
 
+def model_config(spec: str) -> Any:
+    """The HF config of ``spec`` without reading a weight: config.json for a directory, the tiny
+    model's own (at the vocabulary ``load_model`` gives it) for a tiny-model name."""
+    from transformers import AutoConfig
+
+    from posttrain.models import tiny
+
+    where = resolve_spec(spec)
+    if isinstance(where, str):
+        return tiny.TINY_MODELS[where](len(tiny.tiny_tokenizer()))
+    return AutoConfig.from_pretrained(where)
+
+
 def load_tokenizer(spec: str = EMBEDDED) -> Any:
     from transformers import AutoTokenizer
 

@@ -98,17 +98,10 @@ class MasterWeights:
 def refusal(model_spec: str) -> str | None:
     """Why ``bf16_master`` cannot train ``model_spec`` (a hybrid or MoE model), or None; reads only the
     model's config, so the run stops before any weight loads."""
-    from posttrain.models import tiny
     from posttrain.models.facts import is_hybrid
-    from posttrain.models.loading import resolve_spec
+    from posttrain.models.loading import model_config
 
-    where = resolve_spec(model_spec)
-    if isinstance(where, str):
-        config = tiny.TINY_MODELS[where](tiny.TOKENIZER_VOCAB)
-    else:
-        from transformers import AutoConfig
-
-        config = AutoConfig.from_pretrained(where)
+    config = model_config(model_spec)
     kind = getattr(config, "model_type", "?")
     if is_hybrid(config):
         return f"{model_spec} ({kind}) is a hybrid Mamba model: its recurrent scan in bf16 weights is not measured"
