@@ -71,7 +71,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import posttrain  # noqa: F401,E402  (before torch: the MKL shim of models/blas.py)
-from results_row import append_row, machine, provenance, record_args, refuse_smoke_record  # noqa: E402  (bench/results_row.py)
+from results_row import append_row, machine, mean_se, provenance, record_args, refuse_smoke_record  # noqa: E402  (bench/results_row.py)
 
 RESULTS = ROOT / "bench" / "results" / "distill_logits_defaults.jsonl"
 RECIPE = ROOT / "recipes" / "distill_logits.yaml"
@@ -159,10 +159,7 @@ def paired_diff(a: list[float], b: list[float]) -> tuple[float, float]:
     """Mean and standard error of a − b, pair by pair (nan se for a single pair)."""
     if len(a) != len(b) or not a:
         raise ValueError(f"paired_diff needs two equal, non-empty lists (got {len(a)} and {len(b)})")
-    d = [x - y for x, y in zip(a, b)]
-    m = sum(d) / len(d)
-    se = math.sqrt(sum((x - m) ** 2 for x in d) / (len(d) - 1) / len(d)) if len(d) > 1 else float("nan")
-    return m, se
+    return mean_se([x - y for x, y in zip(a, b)])
 
 
 def over_seeds(per_seed: list[list[float]]) -> list[float]:

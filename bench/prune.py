@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import posttrain  # noqa: F401,E402  (before torch: the MKL shim of models/blas.py)
-from results_row import append_row, machine, provenance, record_args, refuse_smoke_record  # noqa: E402  (bench/results_row.py)
+from results_row import append_row, machine, mean_se, provenance, record_args, refuse_smoke_record  # noqa: E402  (bench/results_row.py)
 
 RESULTS = ROOT / "bench" / "results" / "prune.jsonl"
 VARIANTS = {"width": "mlp_hidden", "depth": "layers"}  # variant → prune-search candidate name
@@ -157,11 +157,7 @@ def recovery(student: dict[str, float], teacher: dict[str, float], prefix: str =
 def paired_gain(a: dict[str, float], b: dict[str, float]) -> tuple[float, float]:
     """Mean of a − b over the same tasks, in points, ± its paired se (distillation against the SFT
     control of the same architecture)."""
-    import math
-
-    d = [a[i] - b[i] for i in sorted(b)]
-    m = sum(d) / len(d)
-    se = math.sqrt(sum((x - m) ** 2 for x in d) / (len(d) - 1) / len(d)) if len(d) > 1 else float("nan")
+    m, se = mean_se([a[i] - b[i] for i in sorted(b)])
     return 100 * m, 100 * se
 
 

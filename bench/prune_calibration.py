@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import posttrain  # noqa: F401,E402  (before torch: the MKL shim of models/blas.py)
-from results_row import append_row, machine, provenance, record_args, refuse_smoke_record  # noqa: E402  (bench/results_row.py)
+from results_row import append_row, machine, mean_se, provenance, record_args, refuse_smoke_record  # noqa: E402  (bench/results_row.py)
 
 RESULTS = ROOT / "bench" / "results" / "prune_calibration.jsonl"
 DEFAULT = {"samples": 64, "max_seq_len": 256, "aggregation": "mean"}  # configs/prune.py: CalibrationConfig
@@ -84,10 +84,7 @@ def key(s: dict[str, Any]) -> str:
 
 def paired(a: list[float], b: list[float]) -> tuple[float, float]:
     """Mean and se of a − b, draw by draw."""
-    d = [x - y for x, y in zip(a, b)]
-    m = sum(d) / len(d)
-    se = math.sqrt(sum((x - m) ** 2 for x in d) / (len(d) - 1) / len(d)) if len(d) > 1 else float("nan")
-    return m, se
+    return mean_se([x - y for x, y in zip(a, b)])
 
 
 def pick(values: list[Any], losses: dict[Any, list[float]], cost: dict[Any, int]) -> tuple[Any, dict[Any, Any]]:
@@ -162,7 +159,7 @@ def main() -> None:
     print("| calibration | tokens | importance s | mlp | mix |")
     print("|---|---:|---:|---:|---:|")
     for k, r in runs.items():
-        ms = lambda xs: f"{sum(xs) / len(xs):.4f} ± {_se(xs):.4f}"  # noqa: E731
+        ms = lambda xs: "{:.4f} ± {:.4f}".format(*mean_se(xs))  # noqa: E731
         print(f"| {k} | {sum(r['tokens']) // len(r['tokens']):,} | {sum(r['seconds']) / len(r['seconds']):.1f} | "
               f"{ms(r['mlp'])} | {ms(r['mix'])} |")
     if not args.no_record:
@@ -178,13 +175,6 @@ def main() -> None:
           f"{args.params:.3g} params, mean of the mlp and mix cuts at the defaults 64 rows × 256 tokens, mean; "
           f"by the rule: {n_pick} rows, {l_pick} tokens, {agg}; l2 − mean {l2[0]:+.4f} ± {l2[1]:.4f}; "
           f"{args.draws} draws; unpruned {unpruned:.3f}{'; SMOKE: random tiny model, not a figure' if args.smoke else ''})")
-
-
-def _se(xs: list[float]) -> float:
-    if len(xs) < 2:
-        return float("nan")
-    m = sum(xs) / len(xs)
-    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1) / len(xs))
 
 
 if __name__ == "__main__":
