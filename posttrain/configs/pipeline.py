@@ -59,6 +59,17 @@ class PipelineConfig(StrictModel):
     """Rollouts per prompt (the GRPO group whose rewards are centred)."""
     rl_temperature: float = Field(0.7, gt=0)
     """Sampling temperature of the RLVR stage's rollouts."""
+    rl_curriculum: Literal["random", "gaussian"] = "random"
+    """How the RLVR stage picks its tasks. ``random``: uniformly from the training pools. ``gaussian``:
+    the recipe's pass-rate curriculum (docs/recipe.md §2): the stage first profiles the SFT checkpoint
+    (``rl_profile_k`` samples at the rollout temperature on each of the first ``rl_profile_tasks``
+    tasks of every pool), then each step draws tasks around a target pass rate that moves from easy
+    to hard, always-solved tasks dropped, so fewer GRPO groups have equal rewards. The profile runs
+    inside the stage: its time is the RL stage's time, which the same-time control gets too."""
+    rl_profile_tasks: int = Field(64, ge=1)
+    """Tasks per RLVR environment the curriculum profiles (the first of each pool; at most the pool)."""
+    rl_profile_k: int = Field(4, ge=2)
+    """Samples per profiled task (a pass rate needs at least two)."""
     rl_arith_train_tasks: int = Field(1000, ge=1)
     """The RLVR stage's arithmetic training pool (arithmetic train split, sampled uniformly)."""
     rl_phrasings: list[Literal["plain", "words", "story"]] = Field(
@@ -171,6 +182,12 @@ class PipelineConfig(StrictModel):
                              "no arithmetic problem to train on")
         if any(r < 0 for r in self.rl_mix.values()):
             raise ValueError(f"rl_mix: {self.rl_mix}: ratios must be >= 0")
+        pools = {"arithmetic": self.rl_arith_train_tasks}
+        small = {d: pools.get(d, self.rl_mix_train_tasks) for d in self.rl_mix}
+        small = {d: n for d, n in small.items() if n < self.rl_profile_tasks}
+        if self.rl_curriculum == "gaussian" and small:
+            raise ValueError(f"rl_profile_tasks={self.rl_profile_tasks} is more than the training pool of "
+                             f"{', '.join(f'{d} ({n})' for d, n in small.items())}: profile at most the pool")
         return self
 
 QUICK = {"n_train": 400, "n_eval": 96, "n_val_rows": 24, "sft_steps": 24, "sft_batch_size": 16,

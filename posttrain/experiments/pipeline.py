@@ -16,6 +16,9 @@ Stages:
                   the reasoning-on prompt and the token budget of the measurement, and **the SFT
                   anchor** (``rl_sft_anchor``: each step also trains on 8 SFT rows, PPO-ptx), without
                   which RL un-taught the plain problems while it taught the reworded ones.
+                  Tasks are drawn uniformly, or (``rl_curriculum: gaussian``) by the pass-rate
+                  curriculum from a profile of the SFT checkpoint the stage writes first (its time
+                  is the stage's, so the same-time control gets it too).
                   Validated greedily on ``rl_val_tasks`` held-out tasks per domain (per wording in
                   the report) at the first and last step; measured on the held-out problems greedily
                   and as *sampled* accuracy (``eval_samples`` answers per problem at its temperature).
@@ -69,7 +72,7 @@ from pathlib import Path
 from typing import Any
 
 from posttrain.configs.pipeline import PipelineConfig
-from posttrain.experiments import evidence, pipeline_report
+from posttrain.experiments import evidence, pipeline_report, stages
 from posttrain.experiments.pipeline_report import binomial_se, columns, subsets, validation_gains
 from posttrain.experiments.stages import RL_INSTRUCTION, cached_stage, make_data, measure, run_sft
 
@@ -127,13 +130,50 @@ def rl_overrides(cfg: PipelineConfig, out_dir: Path, model: str, steps: int, env
         batch = ["rollout.prompts_per_step=6", "rollout.group_size=6", "rollout.batch_size=36",
                  "rollout.max_new_tokens=96", "rollout.temperature=0.7",  # at 1.0 a 135M model's samples are mostly noise
                  "rollout.reasoning=false", f"optim.lr={cfg.rl_mix_lr}"]
+    curriculum = ["curriculum.kind=random"]
+    if rlvr_stage and cfg.rl_curriculum == "gaussian":  # run_rl_stage writes the profile first
+        curriculum = ["curriculum.kind=gaussian", f"curriculum.profile={json.dumps(str(profile_path(out_dir)))}"]
     return [
         f"model={json.dumps(model)}", f"run_dir={json.dumps(str(out_dir))}", f"envs={json.dumps(envs)}",
-        "curriculum.kind=random", *batch, "optim.weight_decay=0", "optim.warmup_steps=0",
+        *curriculum, *batch, "optim.weight_decay=0", "optim.warmup_steps=0",
         "optim.decay_frac=0", f"train.steps={steps}", f"train.seed={cfg.seed}",
         f"train.eval_every={steps}",  # validation at the start and at the end only
         f"train.save_every={max(2, steps // 2)}", "train.keep_last=1",
     ] + list(cfg.rl_overrides)
+
+
+def profile_path(out_dir: Path) -> Path:
+    """Where the RLVR stage's pass-rate profile goes: beside its run directory, not in it."""
+    return out_dir.parent / f"{out_dir.name}_profile.jsonl"
+
+
+def profile_pools(cfg: PipelineConfig, over: list[str]) -> dict[str, Any]:
+    """The pass-rate profile the RLVR stage's curriculum samples from (``rl_curriculum: gaussian``):
+    the start checkpoint's ``rl_profile_k`` samples on each of the first ``rl_profile_tasks`` tasks of
+    every pool, with the RL run's own prompt, temperature and token budget (``posttrain profile``'s
+    :func:`profile_envs`). Rewritten whenever the stage runs, so the stage's time always holds it.
+    Returns, per environment, the mean pass rate and the shares never and always solved."""
+    from posttrain.configs import load_config
+    from posttrain.configs.rl import RLConfig
+    from posttrain.engines.hf import HFGenerator
+    from posttrain.eval.pass_rate_profile import profile_envs
+    from posttrain.serving.build import build_envs
+
+    rl_cfg, t, cpu = load_config(RLConfig, None, over), time.time(), stages.cpu_seconds()
+    r, path = rl_cfg.rollout, Path(rl_cfg.curriculum.profile)
+    generator = HFGenerator.from_spec(rl_cfg.model, batch_size=r.batch_size)
+    rows = profile_envs(generator, build_envs(rl_cfg.envs),
+                        [(s.name, cfg.rl_profile_tasks, s.task_seed) for s in rl_cfg.envs if s.ratio > 0],
+                        cfg.rl_profile_k, r.temperature, r.max_new_tokens, r.reasoning, r.max_turns, out=str(path))
+    del generator
+    summary = {}
+    for dom in sorted({row.domain for row in rows}):
+        rates = [row.pass_rate for row in rows if row.domain == dom]
+        summary[dom] = {"tasks": len(rates), "mean_pass_rate": round(sum(rates) / len(rates), 4),
+                        "never": round(sum(p == 0 for p in rates) / len(rates), 4),
+                        "always": round(sum(p == 1 for p in rates) / len(rates), 4)}
+    return {"path": str(path), "k": cfg.rl_profile_k, "domains": summary, "seconds": round(time.time() - t, 3),
+            "cpu_seconds": round(stages.cpu_seconds() - cpu, 3)}
 
 
 def validation_at(out_dir: Path, step: int) -> dict[str, float]:
@@ -154,6 +194,7 @@ def run_rl_stage(cfg: PipelineConfig, out_dir: Path, model: str, steps: int, env
     from posttrain.configs import load_config
 
     over = rl_overrides(cfg, out_dir, model, steps, envs, rlvr_stage)
+    profile = profile_pools(cfg, over) if rlvr_stage and cfg.rl_curriculum == "gaussian" else None
     if teachers is None:
         from posttrain.configs.rl import RLConfig
         from posttrain.train.rl import train_rl
@@ -171,7 +212,7 @@ def run_rl_stage(cfg: PipelineConfig, out_dir: Path, model: str, steps: int, env
             "anchor": ({"coef": cfg.rl_sft_anchor, "rows": cfg.rl_anchor_rows}
                        if rlvr_stage and cfg.rl_sft_anchor > 0 else None),
             "best_step": res.best_step, "best_val_reward": res.best_val_reward,
-            "rewards_png": str(out_dir / "rewards.png")}
+            "rewards_png": str(out_dir / "rewards.png"), "profile": profile}
 
 
 def run_distill(cfg: PipelineConfig, run_dir: Path, sft: dict[str, Any]) -> dict[str, Any]:
@@ -292,7 +333,7 @@ def report(run_dir: Path, before: dict[str, Any], after: dict[str, Any], sft: di
     ]
     if rl:
         lines.append(f"  RLVR: {rl['steps']} GRPO steps on {', '.join(rl['trained_domains'])} from the SFT checkpoint"
-                     + pipeline_report.anchor_phrase(rl))
+                     + pipeline_report.anchor_phrase(rl) + pipeline_report.curriculum_phrase(rl))
     if arm:
         clock = arm.get("budget_clock", "seconds")
         what = "CPU s" if clock == "cpu_seconds" else "s"

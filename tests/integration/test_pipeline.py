@@ -243,3 +243,41 @@ def test_pipeline_rlhf_stage_on_the_tiny_model(tmp_path, capsys):
     AutoModelForCausalLM.from_pretrained(genrm_ckpt)
     AutoModelForCausalLM.from_pretrained(rep["rlhf"]["checkpoint"])
     assert not pipeline.PipelineConfig().rlhf  # opt-in
+
+
+def test_pipeline_pass_rate_curriculum_profiles_inside_the_rl_stage(tmp_path, capsys):
+    """``rl_curriculum=gaussian``: the RLVR stage first profiles the SFT checkpoint on the first
+    ``rl_profile_tasks`` tasks of each trained pool, the RL run samples through the Gaussian
+    curriculum from that file, and the profile's CPU time is inside the stage's, so the same-time
+    control's budget holds it."""
+    run_dir = tmp_path / "pipe"
+    args = _args(run_dir)
+    args.overrides += ["rl_curriculum=gaussian", "rl_profile_tasks=2", "rl_profile_k=2"]
+    assert pipeline_command.run(args) == 0
+    out = capsys.readouterr().out
+    assert "pass-rate curriculum over a profile of 2 samples a task" in out
+    rl = json.loads((run_dir / "stages" / "rlvr.json").read_text())
+    prof = rl["profile"]
+    assert prof["k"] == 2 and set(prof["domains"]) == {"arithmetic", "mcq", "instruction"}
+    assert all(d["tasks"] == 2 for d in prof["domains"].values())
+    assert 0 < prof["cpu_seconds"] <= rl["cpu_seconds"]
+    saved = yaml.safe_load((run_dir / "rl" / "config.yaml").read_text())
+    assert saved["curriculum"]["kind"] == "gaussian" and saved["curriculum"]["profile"] == prof["path"]
+    rows = [json.loads(line) for line in Path(prof["path"]).read_text().splitlines()]
+    from posttrain.configs.rl import RLConfig
+    from posttrain.serving.build import build_envs
+
+    rl_cfg = load_config(RLConfig, run_dir / "rl" / "config.yaml", [])
+    envs = build_envs(rl_cfg.envs)
+    for spec in rl_cfg.envs:  # the first tasks of the very pool the run samples from
+        pool = [t.id for t in envs[spec.name].tasks("train", spec.train_tasks, spec.task_seed)]
+        assert [r["task_id"] for r in rows if r["domain"] == spec.name] == pool[:2]
+    arm = json.loads((run_dir / "stages" / "sft_arm.json").read_text())
+    assert arm["target_seconds"] == rl["cpu_seconds"]
+    assert "Tasks came from the pass-rate curriculum" in (run_dir / "report.md").read_text()
+
+
+def test_pipeline_refuses_a_profile_larger_than_a_pool():
+    with pytest.raises(ValueError, match="rl_profile_tasks=300 is more than the training pool of instruction"):
+        pipeline.PipelineConfig(rl_curriculum="gaussian", rl_profile_tasks=300,
+                                rl_mix={"arithmetic": 1.0, "instruction": 1.0})
