@@ -51,14 +51,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _run_from_config(args: argparse.Namespace) -> int:
     from posttrain.configs import load_config
-    from posttrain.engines.hf import HFGenerator
-    from posttrain.eval.pass_rate_profile import profile_envs
     from posttrain.configs.rl import RLConfig
+    from posttrain.engines.registry import engine_for_spec
+    from posttrain.eval.pass_rate_profile import profile_envs
+    from posttrain.models import threads
     from posttrain.serving.build import build_envs
 
     cfg = load_config(RLConfig, args.config, args.overrides)
     r = cfg.rollout
-    generator = HFGenerator.from_spec(args.model or cfg.model, batch_size=r.batch_size, num_threads=args.threads)
+    if args.threads is not None:
+        threads.set_exact(args.threads)
+    generator = engine_for_spec(args.model or cfg.model, r.engine, r.batch_size)  # the recipe's sampler precision
     envs = build_envs(cfg.envs)
     rows = profile_envs(generator, envs, [(s.name, s.train_tasks, s.task_seed) for s in cfg.envs], args.k,
                         r.temperature, r.max_new_tokens, r.reasoning, r.max_turns, not args.no_progress, args.out)

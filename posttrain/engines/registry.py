@@ -49,3 +49,17 @@ def sync_weights(generator: Any, model: Any) -> None:
     update = getattr(generator, "update_weights", None)
     if update is not None:
         update(model)
+
+
+def engine_for_spec(spec: str, engine: str | Any = "hf", batch_size: int = 32) -> Any:
+    """The rollout engine an RL run with ``engine`` would sample with, over the model ``spec`` loads
+    (a checkpoint, ``embedded``, a tiny model): the same precision decision, so a pass-rate profile
+    samples like the RL stage it is for. An FP8 export keeps its simulated FP8 weights."""
+    from posttrain.engines.hf import HFGenerator
+    from posttrain.models.loading import load_model
+    from posttrain.quant.checkpoint import is_fp8_checkpoint
+
+    if is_fp8_checkpoint(spec):
+        return HFGenerator.from_spec(spec, batch_size=batch_size)
+    loaded = load_model(spec)
+    return make_engine(engine, loaded.model, loaded.tokenizer, batch_size)

@@ -155,13 +155,13 @@ def profile_pools(cfg: PipelineConfig, over: list[str]) -> dict[str, Any]:
     Returns, per environment, the mean pass rate and the shares never and always solved."""
     from posttrain.configs import load_config
     from posttrain.configs.rl import RLConfig
-    from posttrain.engines.hf import HFGenerator
+    from posttrain.engines.registry import engine_for_spec
     from posttrain.eval.pass_rate_profile import profile_envs
     from posttrain.serving.build import build_envs
 
     rl_cfg, t, cpu = load_config(RLConfig, None, over), time.time(), stages.cpu_seconds()
     r, path = rl_cfg.rollout, Path(rl_cfg.curriculum.profile)
-    generator = HFGenerator.from_spec(rl_cfg.model, batch_size=r.batch_size)
+    generator = engine_for_spec(rl_cfg.model, r.engine, r.batch_size)  # the RL stage's sampler precision
     rows = profile_envs(generator, build_envs(rl_cfg.envs),
                         [(s.name, cfg.rl_profile_tasks, s.task_seed) for s in rl_cfg.envs if s.ratio > 0],
                         cfg.rl_profile_k, r.temperature, r.max_new_tokens, r.reasoning, r.max_turns, out=str(path))

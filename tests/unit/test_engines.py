@@ -322,3 +322,13 @@ def test_vllm_engine_on_cpu_leaves_out_gpu_memory_and_sets_the_kv_cache(tiny, fa
     platforms.current_platform = SimpleNamespace(is_cpu=lambda: False)
     with pytest.raises(UserError, match="not the CPU one"):
         make_engine("vllm", tiny.model, tiny.tokenizer)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_engine_for_spec_samples_at_the_precision_the_rl_run_would(dtype):
+    """A pass-rate profile (``posttrain profile --config``, the pipeline's curriculum) samples through
+    the recipe's engine config, so it decides the sampler's precision as the RL run does."""
+    from posttrain.engines.registry import engine_for_spec
+
+    gen = engine_for_spec("tiny-llama", {"type": "hf", "dtype": dtype}, batch_size=4)
+    assert gen.precision == dtype and gen.batch_size == 4
