@@ -3,6 +3,7 @@
     python bench/prune.py --teacher runs/sft/checkpoints/step_000060 [--params 1.0e8 7.0e7] \
         [--distill-steps 60] [--search-steps 10] [--n-eval 100] [--data a.jsonl ...] [--no-record]
     python bench/prune.py --smoke --no-record        # tiny Llama, tiny budgets: the code path only
+    python bench/prune.py --teacher ... --params 1.0e8 --distill-steps 120 --variants width   # a budget study
 
 For each ``--params`` target, the teacher (an SFT checkpoint; it is also the model pruned) is cut by
 three architectures, each distilled from it for the same ``--distill-steps`` × ``--batch``
@@ -47,6 +48,7 @@ from results_row import append_row, machine, mean_se, provenance, record_args, r
 
 RESULTS = ROOT / "bench" / "results" / "prune.jsonl"
 VARIANTS = {"width": "mlp_hidden", "depth": "layers"}  # variant → prune-search candidate name
+ALL_VARIANTS = ("width", "depth", "searched", "sft_control")
 
 
 def parse() -> argparse.Namespace:
@@ -65,6 +67,8 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--decode-tokens", type=int, default=64)
     ap.add_argument("--work", default="runs/bench_prune", help="checkpoints and tables go here")
+    ap.add_argument("--variants", nargs="+", default=list(ALL_VARIANTS), choices=ALL_VARIANTS,
+                    help="which models to train and score (default all; e.g. `width` alone for a budget study)")
     ap.add_argument("--smoke", action="store_true", help="tiny-llama and tiny budgets (figures mean nothing)")
     record_args(ap, RESULTS)
     args = ap.parse_args()
@@ -179,18 +183,22 @@ def run_target(p: float, args: argparse.Namespace, data: list[str], held: list[A
     long = cfg.distill.model_copy(update={"train": cfg.distill.train.model_copy(update={"steps": args.distill_steps})})
     cfg_long = cfg.model_copy(update={"distill": long})
     chosen = search.chosen.name
-    arch = {**VARIANTS, "searched": chosen}
+    # the pick may be width or depth: then that run is the searched one, trained once
+    alias = {"searched": v for v, name in VARIANTS.items() if name == chosen}
+    wanted = [v for v in ALL_VARIANTS if v in args.variants and v != "sft_control"]
+    train = {alias.get(v, v) for v in wanted}
     runs: dict[str, str] = {}
-    for variant, name in arch.items():
-        if variant == "searched" and chosen in VARIANTS.values():
-            continue  # the pick is width or depth: that run is the searched one
-        pruned = Path(cfg.out) / "candidates" / name / "model"
-        runs[variant] = str(train_distill_logits(distill_config(cfg_long, pruned, work / variant), False).checkpoint)
-    runs.setdefault("searched", runs["width" if chosen == VARIANTS["width"] else "depth"])
-    sft = SFTConfig(model=str(Path(cfg.out) / "candidates" / chosen / "model"), run_dir=str(work / "sft_control"),
-                    data=long.data, optim=long.optim, moe=long.moe,
-                    train=SFTTrainConfig(**long.train.model_dump()))
-    runs["sft_control"] = str(train_sft(sft, progress=False).checkpoint)
+    for variant, name in {**VARIANTS, "searched": chosen}.items():
+        if variant in train:
+            pruned = Path(cfg.out) / "candidates" / name / "model"
+            runs[variant] = str(train_distill_logits(distill_config(cfg_long, pruned, work / variant), False).checkpoint)
+    runs.update({v: runs[alias[v]] for v in wanted if v in alias})
+    runs = {v: runs[v] for v in wanted}
+    if "sft_control" in args.variants:
+        sft = SFTConfig(model=str(Path(cfg.out) / "candidates" / chosen / "model"), run_dir=str(work / "sft_control"),
+                        data=long.data, optim=long.optim, moe=long.moe,
+                        train=SFTTrainConfig(**long.train.model_dump()))
+        runs["sft_control"] = str(train_sft(sft, progress=False).checkpoint)
     scored: dict[str, dict[str, Any]] = {}  # the searched run may be the width or depth one: scored once
     scores = {v: scored.setdefault(ckpt, score(ckpt, args, held)) if ckpt not in scored else scored[ckpt]
               for v, ckpt in runs.items()}
@@ -226,7 +234,9 @@ def main() -> None:
         for name, s in t["scores"].items():
             s["recovery"] = {env: recovery(s["tasks"], teacher["tasks"], f"{env}/") for env in args.envs}
             s["recovery"]["pooled"] = recovery(s["tasks"], teacher["tasks"])
-        t["distill_minus_sft_control"] = paired_gain(t["scores"]["searched"]["tasks"], t["scores"]["sft_control"]["tasks"])
+        if {"searched", "sft_control"} <= set(t["scores"]):
+            t["distill_minus_sft_control"] = paired_gain(t["scores"]["searched"]["tasks"],
+                                                         t["scores"]["sft_control"]["tasks"])
     print(markdown(args, teacher, targets))
     first = targets[0]
     r = first["scores"]
@@ -236,13 +246,16 @@ def main() -> None:
         append_row(Path(args.results), {
             "bench": "prune", "args": vars(args), "minutes": round(minutes, 1), "teacher": teacher, "targets": targets,
             **provenance("test", machine(load_before, os.getloadavg()[0]))})
-    print(f"RESULT prune_recovery: {pooled['searched'][0]:.1f} % (± {pooled['searched'][1]:.1f}; searched "
-          f"{first['searched']} at ≤ {first['params_target']:.3g} params after {args.distill_steps} distill-logits "
-          f"steps of {args.batch}: test accuracy / the teacher's over {n} tasks of {'+'.join(args.envs)}; width "
-          f"{pooled['width'][0]:.1f}, depth {pooled['depth'][0]:.1f}, SFT control {pooled['sft_control'][0]:.1f} %; "
-          f"distilled − SFT control {first['distill_minus_sft_control'][0]:+.1f} ± {first['distill_minus_sft_control'][1]:.1f} "
-          f"points, paired"
-          f"{'; SMOKE: random tiny model, not a figure' if args.smoke else ''})")
+    head = next(v for v in ("searched", "width", "depth", "sft_control") if v in pooled)
+    what = f"searched {first['searched']}" if head == "searched" else head
+    others = ", ".join(f"{v.replace('sft_control', 'SFT control')} {pooled[v][0]:.1f}" for v in pooled if v != head)
+    gap = first.get("distill_minus_sft_control")
+    print(f"RESULT prune_recovery: {pooled[head][0]:.1f} % (± {pooled[head][1]:.1f}; {what} "
+          f"at ≤ {first['params_target']:.3g} params after {args.distill_steps} distill-logits "
+          f"steps of {args.batch}: test accuracy / the teacher's over {n} tasks of {'+'.join(args.envs)}"
+          + (f"; {others} %" if others else "")
+          + (f"; distilled − SFT control {gap[0]:+.1f} ± {gap[1]:.1f} points, paired" if gap else "")
+          + f"{'; SMOKE: random tiny model, not a figure' if args.smoke else ''})")
 
 
 def markdown(args: argparse.Namespace, teacher: dict[str, Any], targets: list[dict[str, Any]]) -> str:

@@ -29,3 +29,19 @@ def test_smoke_refuses_the_real_results_file():
     out = subprocess.run([sys.executable, str(ROOT / "bench" / "prune.py"), "--smoke"], capture_output=True, text=True,
                          cwd=ROOT)
     assert out.returncode == 2 and "not evidence" in out.stderr
+
+
+@pytest.mark.slow
+def test_smoke_run_of_one_variant_trains_and_scores_only_it(tmp_path):
+    """``--variants width`` (a budget study): only the width run is distilled and scored, the RESULT
+    line heads with it, and no paired gap to an SFT control that was not trained is printed."""
+    results = tmp_path / "prune.jsonl"
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "prune.py"), "--smoke", "--work", str(tmp_path / "w"),
+                          "--results", str(results), "--variants", "width"], capture_output=True, text=True,
+                         check=True, cwd=ROOT)
+    last = out.stdout.strip().splitlines()[-1]
+    assert last.startswith("RESULT prune_recovery: ") and "; width at ≤" in last and "SFT control" not in last
+    row = json.loads(results.read_text())
+    assert set(row["targets"][0]["scores"]) == {"width"}
+    work = next((tmp_path / "w").glob("params_*"))
+    assert (work / "width").is_dir() and not (work / "depth").exists() and not (work / "sft_control").exists()
