@@ -165,6 +165,23 @@ def paired_gain(a: dict[str, float], b: dict[str, float]) -> tuple[float, float]
     return 100 * m, 100 * se
 
 
+def finished_search(cfg: Any) -> str | None:
+    """The pick of a search already finished under ``cfg.out`` with this very config (``search.json``),
+    when every candidate's pruned model is still there; None otherwise. Read back, not re-run: the
+    candidates' distillation checkpoints, most of ``--work``'s disk (7.7 GB at 1.0e8), may be deleted
+    once the search is done, and re-running it would only retrain them to the same table."""
+    done = Path(cfg.out) / "search.json"
+    if not done.exists():
+        return None
+    rec = json.loads(done.read_text())
+    same = rec.get("config") == json.loads(json.dumps(cfg.model_dump()))
+    models = all((Path(cfg.out) / "candidates" / c["name"] / "model" / "config.json").exists() for c in rec["candidates"])
+    if not (same and models):
+        return None
+    print(f"[bench] {done}: this search is finished, its pick ({rec['chosen']}) is reused", flush=True)
+    return rec["chosen"]
+
+
 def run_target(p: float, args: argparse.Namespace, data: list[str], held: list[Any], work: Path) -> dict[str, Any]:
     """Search, then width / depth / searched distilled for --distill-steps and the SFT control; scored."""
     from posttrain.compress.distill_logits import train_distill_logits
@@ -179,10 +196,9 @@ def run_target(p: float, args: argparse.Namespace, data: list[str], held: list[A
     cfg = PruneSearchConfig(model=args.teacher, out=str(work / "search"), params=p, decode_tokens=args.decode_tokens,
                             calibration={"path": data[0], "samples": 8 if args.smoke else 64},
                             distill={**budget, "topk": args.topk})
-    search = run_search(cfg)
+    chosen = finished_search(cfg) or run_search(cfg).chosen.name
     long = cfg.distill.model_copy(update={"train": cfg.distill.train.model_copy(update={"steps": args.distill_steps})})
     cfg_long = cfg.model_copy(update={"distill": long})
-    chosen = search.chosen.name
     # the pick may be width or depth: then that run is the searched one, trained once
     alias = {"searched": v for v, name in VARIANTS.items() if name == chosen}
     wanted = [v for v in ALL_VARIANTS if v in args.variants and v != "sft_control"]

@@ -2,6 +2,7 @@
 scored on the same test tasks and recorded with its provenance. Opt-in: ``pytest -m slow``."""
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -45,3 +46,10 @@ def test_smoke_run_of_one_variant_trains_and_scores_only_it(tmp_path):
     assert set(row["targets"][0]["scores"]) == {"width"}
     work = next((tmp_path / "w").glob("params_*"))
     assert (work / "width").is_dir() and not (work / "depth").exists() and not (work / "sft_control").exists()
+    # a second run reads the finished search back, even with the candidates' distillation runs deleted
+    for ckpts in (work / "search" / "candidates").glob("*/distill/checkpoints"):
+        shutil.rmtree(ckpts)
+    again = subprocess.run([sys.executable, str(ROOT / "bench" / "prune.py"), "--smoke", "--work", str(tmp_path / "w"),
+                            "--no-record", "--variants", "width"], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert "this search is finished, its pick" in again.stdout and "[prune-search]" not in again.stdout
+    assert again.stdout.strip().splitlines()[-1] == last
