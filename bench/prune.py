@@ -174,7 +174,8 @@ def finished_search(cfg: Any) -> str | None:
     if not done.exists():
         return None
     rec = json.loads(done.read_text())
-    same = rec.get("config") == json.loads(json.dumps(cfg.model_dump()))
+    mine = json.loads(json.dumps(cfg.model_dump()))
+    same = {**rec.get("config", {}), "out": None} == {**mine, "out": None}  # a copied search lives elsewhere
     models = all((Path(cfg.out) / "candidates" / c["name"] / "model" / "config.json").exists() for c in rec["candidates"])
     if not (same and models):
         return None
