@@ -15,14 +15,21 @@ def profile_rows(env_name: str, tasks: Sequence[Any]) -> list[Any]:
     return [profile_row(t.task_id, env_name, t.rewards) for t in tasks]
 
 
+def summary(rows: Sequence[Any]) -> dict[str, Any]:
+    """Tasks, mean pass rate, and the shares always solved (the curriculum drops them) and never solved."""
+    n = len(rows)
+    return {"tasks": n, "mean_pass_rate": round(sum(r.pass_rate for r in rows) / n, 4),
+            "always": round(sum(r.pass_rate >= 1.0 for r in rows) / n, 4),
+            "never": round(sum(r.pass_rate <= 0.0 for r in rows) / n, 4)}
+
+
 def describe(env_name: str, rows: Sequence[Any]) -> str:
     """One summary line: mean pass rate, always-solved and never-solved shares."""
-    n = len(rows)
+    s, n = summary(rows), len(rows)
     solved = sum(r.pass_rate >= 1.0 for r in rows)
     never = sum(r.pass_rate <= 0.0 for r in rows)
-    mean = sum(r.pass_rate for r in rows) / n
-    return (f"{env_name}: {n} tasks, mean pass rate {mean:.3f}, always solved {solved} ({solved / n:.0%}, "
-            f"dropped by the curriculum), never solved {never} ({never / n:.0%})")
+    return (f"{env_name}: {n} tasks, mean pass rate {s['mean_pass_rate']:.3f}, always solved {solved} "
+            f"({solved / n:.0%}, dropped by the curriculum), never solved {never} ({never / n:.0%})")
 
 
 def profile_envs(generator: Any, envs: dict[str, Any], pools: Sequence[tuple[str, int, int]], k: int,

@@ -156,7 +156,7 @@ def profile_pools(cfg: PipelineConfig, over: list[str]) -> dict[str, Any]:
     from posttrain.configs import load_config
     from posttrain.configs.rl import RLConfig
     from posttrain.engines.registry import engine_for_spec
-    from posttrain.eval.pass_rate_profile import profile_envs
+    from posttrain.eval.pass_rate_profile import profile_envs, summary
     from posttrain.serving.build import build_envs
 
     rl_cfg, t, cpu = load_config(RLConfig, None, over), time.time(), stages.cpu_seconds()
@@ -166,13 +166,8 @@ def profile_pools(cfg: PipelineConfig, over: list[str]) -> dict[str, Any]:
                         [(s.name, cfg.rl_profile_tasks, s.task_seed) for s in rl_cfg.envs if s.ratio > 0],
                         cfg.rl_profile_k, r.temperature, r.max_new_tokens, r.reasoning, r.max_turns, out=str(path))
     del generator
-    summary = {}
-    for dom in sorted({row.domain for row in rows}):
-        rates = [row.pass_rate for row in rows if row.domain == dom]
-        summary[dom] = {"tasks": len(rates), "mean_pass_rate": round(sum(rates) / len(rates), 4),
-                        "never": round(sum(p == 0 for p in rates) / len(rates), 4),
-                        "always": round(sum(p == 1 for p in rates) / len(rates), 4)}
-    return {"path": str(path), "k": cfg.rl_profile_k, "domains": summary, "seconds": round(time.time() - t, 3),
+    domains = {d: summary([row for row in rows if row.domain == d]) for d in sorted({row.domain for row in rows})}
+    return {"path": str(path), "k": cfg.rl_profile_k, "domains": domains, "seconds": round(time.time() - t, 3),
             "cpu_seconds": round(stages.cpu_seconds() - cpu, 3)}
 
 

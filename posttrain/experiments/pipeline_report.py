@@ -135,7 +135,7 @@ def write(run_dir: Path, cfg: PipelineConfig, command: str, sections: dict[str, 
                       if rep.get("anchor_control") else "`--anchor-control` measures the anchor alone beside it")
                   + "; the test table below compares it with more SFT for the same compute.", ""]
         if rl.get("profile"):
-            L += [f"Tasks came from the pass-rate curriculum{curriculum_phrase(rl).split('curriculum', 1)[1]}.", ""]
+            L += [f"Tasks came from the pass-rate curriculum over {profile_phrase(rl['profile'])}.", ""]
         L += [f"Its own held-out validation (greedy, {rl['val_tasks']} tasks per environment), step 0 → "
               f"{rl['steps']}:", "", "| environment | step 0 | last step | gain ± paired se |", "|---|---|---|---|"]
         paired = rl.get("val_gains", {})  # computed once by the RLVR stage (pipeline.run_rl_stage)
@@ -238,13 +238,14 @@ def anchor_phrase(rl: dict[str, Any]) -> str:
 
 def curriculum_phrase(rl: dict[str, Any]) -> str:
     """The RLVR stage's pass-rate curriculum (``rl_curriculum: gaussian``) and its profile, or nothing."""
-    p = rl.get("profile")
-    if not p:
-        return ""
+    return f"; pass-rate curriculum over {profile_phrase(rl['profile'])}" if rl.get("profile") else ""
+
+
+def profile_phrase(p: dict[str, Any]) -> str:
+    """The curriculum's profile: samples a task, per domain its pass rates, and what it cost."""
     doms = ", ".join(f"{d} {s['mean_pass_rate']:.2f} (never {s['never']:.0%}, always {s['always']:.0%})"
                      for d, s in p["domains"].items())
-    return (f"; pass-rate curriculum over a profile of {p['k']} samples a task ({doms}), "
-            f"{p['cpu_seconds']:.0f} CPU s of the stage's time")
+    return f"a profile of {p['k']} samples a task ({doms}), {p['cpu_seconds']:.0f} CPU s of the stage's time"
 
 
 def _subset_rows(gains: dict[str, dict[str, Any]]) -> list[str]:
