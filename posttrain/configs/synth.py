@@ -109,6 +109,8 @@ class EnvTaskColumn(_Column):
     env: str = Field(description="environment registry name, e.g. instruction")
     split: Literal["train", "dev", "test"] = "train"
     pool: int = Field(500, ge=1, description="tasks drawn from the environment; each row picks one at random")
+    args: dict[str, Any] = Field(default_factory=dict,
+                                 description="the environment's own arguments, e.g. {min_constraints: 1, max_constraints: 2}")
 
 
 class ExprColumn(_Column):

@@ -451,13 +451,16 @@ def build_context(cfg: SynthConfig, base_dir: Path | None = None, make_judge: Ca
         elif isinstance(col, EnvTaskColumn):
             from posttrain.envs.base import make_env
 
-            if col.env not in ctx.envs:
+            key = col.env + json.dumps(col.args, sort_keys=True)  # one env per name and arguments
+            if key not in ctx.envs:
                 try:
-                    ctx.envs[col.env] = make_env(col.env)
+                    ctx.envs[key] = make_env(col.env, **col.args)
                 except KeyError:
                     raise SynthError(f"column {name!r}: unknown environment {col.env!r}") from None
-            tasks = ctx.envs[col.env].tasks(col.split, col.pool, cfg.seed)
-            ctx.env_tasks[name], ctx.env_of[name] = tasks, col.env
+                except (TypeError, ValueError) as e:
+                    raise SynthError(f"column {name!r}: bad args for environment {col.env!r}: {e}") from None
+            tasks = ctx.envs[key].tasks(col.split, col.pool, cfg.seed)
+            ctx.env_tasks[name], ctx.env_of[name] = tasks, key
             ctx.task_by_id.update({t.id: t for t in tasks})
         elif isinstance(col, JudgeValidator):
             if make_judge is None:

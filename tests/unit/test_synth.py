@@ -282,3 +282,16 @@ def test_resume_refuses_another_config(tmp_path):
     other = cfg.model_copy(update={"seed": 5})
     with pytest.raises(SynthError, match="another config"):
         synthesize(other, Scripted([]), out, resume=True, progress=False, log=lambda _: None)
+
+
+def test_env_task_args_reach_the_environment_and_bad_args_are_one_line():
+    cfg = cfg_of({"task": {"type": "env_task", "env": "instruction", "pool": 12,
+                           "args": {"min_constraints": 1, "max_constraints": 1}},
+                  "wide": {"type": "env_task", "env": "instruction", "pool": 12,
+                           "args": {"min_constraints": 3, "max_constraints": 3}}})
+    ctx = build_context(cfg)
+    assert {len(t.ground_truth["constraints"]) for t in ctx.env_tasks["task"]} == {1}
+    assert {len(t.ground_truth["constraints"]) for t in ctx.env_tasks["wide"]} == {3}  # not the first env's
+    bad = cfg_of({"task": {"type": "env_task", "env": "instruction", "args": {"no_such_arg": 1}}})
+    with pytest.raises(SynthError, match="bad args for environment 'instruction'"):
+        build_context(bad)
