@@ -51,6 +51,7 @@ def main() -> None:
     p.add_argument("--work", type=Path, default=Path("runs/synth_sft"))
     p.add_argument("--only", choices=["synth", "train", "report"], help="one part (default: all, in order)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS), help="train these arms (the templated one needs no synth run)")
     p.add_argument("--rows", type=int, default=200, help="SFT rows per arm (the pipeline's sft_instruction_rows)")
     p.add_argument("--steps", type=int, default=48, help="SFT steps per arm (3.84 passes over 200 rows, as the pipeline's 144 over 600)")
     p.add_argument("--n-test", type=int, default=200)
@@ -64,7 +65,7 @@ def main() -> None:
         synth(args)
     if args.only in (None, "train"):
         for seed in args.seeds:
-            for arm in ARMS:
+            for arm in args.arms:
                 train_and_score(args, seed, arm)
     if args.only in (None, "report"):
         report(args)

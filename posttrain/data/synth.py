@@ -758,9 +758,31 @@ def synthesize(cfg: SynthConfig, gen: "Generator", out: Path, *, resume: bool = 
         "rows_in_output": len(_complete_lines(out)), "model": model_name,
         "config": json.loads(cfg.model_dump_json(by_alias=True)),
     }
+    previous = json.loads(summary_path(out).read_text(encoding="utf-8")) if resume and summary_path(out).exists() else None
+    summary["total"] = cumulative(previous, summary, start)
     summary_path(out).write_text(json.dumps(summary, indent=2, ensure_ascii=False), encoding="utf-8")
     log(format_summary(summary))
     return summary
+
+
+TOTALLED = ("rows_processed", "accepted", "rejected", "completions")
+TALLIES = ("final_dropped", "failures")
+
+
+def cumulative(previous: dict[str, Any] | None, now: dict[str, Any], start: int) -> dict[str, Any]:
+    """Counters over every run that wrote this output: this run's plus the previous summary's
+    ``total``. ``complete`` is false when the rows found done (``start``) are not exactly the rows the
+    previous summaries counted: a run killed before writing its summary leaves its rows uncounted."""
+    prev = (previous or {}).get("total") or {k: 0 for k in (*TOTALLED, "runs")} | {k: {} for k in TALLIES} | {"complete": True}
+    counted = prev["rows_processed"]
+    total: dict[str, Any] = {k: prev[k] + now[k] for k in TOTALLED}
+    for k in TALLIES:
+        merged = Counter(prev[k])
+        merged.update(now[k])
+        total[k] = dict(merged.most_common())
+    total["runs"] = prev["runs"] + 1
+    total["complete"] = bool(prev["complete"]) and counted == start
+    return total
 
 
 def format_summary(s: dict[str, Any]) -> str:
@@ -771,5 +793,10 @@ def format_summary(s: dict[str, Any]) -> str:
         lines.append(f"  failed attempts  {reason:<40} {n:>6}")
     for reason, n in s["final_dropped"].items():
         lines.append(f"  final stage      {reason:<40} {n:>6}")
+    t = s.get("total")
+    if t and t["runs"] > 1:
+        lines.append(f"  over all {t['runs']} runs into this output: {t['rows_processed']} rows, {t['accepted']} accepted, "
+                     f"{t['rejected']} rejected, {sum(t['final_dropped'].values())} dropped"
+                     + ("" if t["complete"] else " (a run stopped before its summary: its rows are not counted)"))
     lines.append(f"  output: {s['out']} ({s['rows_in_output']} rows), summary: {summary_path(Path(s['out']))}")
     return "\n".join(lines)

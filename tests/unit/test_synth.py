@@ -295,3 +295,23 @@ def test_env_task_args_reach_the_environment_and_bad_args_are_one_line():
     bad = cfg_of({"task": {"type": "env_task", "env": "instruction", "args": {"no_such_arg": 1}}})
     with pytest.raises(SynthError, match="bad args for environment 'instruction'"):
         build_context(bad)
+
+
+def test_a_resumed_runs_summary_totals_every_run_into_the_output(tmp_path):
+    from posttrain.data.synth import summary_path
+
+    cols = {"ans": {"type": "model", "prompt": "q"}, "ok": {"type": "length", "column": "ans", "min_words": 2}}
+    msgs = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "{ans}"}]
+    cfg = cfg_of(cols, messages=msgs, rows=2, max_attempts=1, final={"filters": None, "dedup": None})
+    out, quiet = tmp_path / "o.jsonl", (lambda _: None)
+    first = synthesize(cfg, Scripted(["two words", "one"]), out, progress=False, log=quiet)
+    assert first["total"] == {"rows_processed": 2, "accepted": 1, "rejected": 1, "completions": 2, "runs": 1,
+                              "final_dropped": {}, "failures": {"ok:too_short": 1}, "complete": True}
+    second = synthesize(cfg.model_copy(update={"rows": 4}), Scripted(["x", "a b c"]), out, resume=True,
+                        progress=False, log=quiet)
+    assert second["accepted"] == 1 and second["rows_processed"] == 2  # this run's own figures stay as they were
+    assert second["total"] == {"rows_processed": 4, "accepted": 2, "rejected": 2, "completions": 4, "runs": 2,
+                               "final_dropped": {}, "failures": {"ok:too_short": 2}, "complete": True}
+    summary_path(out).unlink()  # as a run killed before its summary leaves it: its rows go uncounted
+    third = synthesize(cfg.model_copy(update={"rows": 5}), Scripted(["d e"]), out, resume=True, progress=False, log=quiet)
+    assert third["total"]["rows_processed"] == 1 and third["total"]["complete"] is False
