@@ -173,6 +173,7 @@ def report(args: argparse.Namespace) -> None:
     from posttrain.eval.compare import record_gains
 
     summary = json.loads((args.work / "synth.summary.json").read_text())
+    summary = summary.get("total", summary)  # every run into the output (a resumed run's summary has it)
     per_seed, lines = [], []
     for seed in args.seeds:
         d = args.work / f"s{seed}"

@@ -317,16 +317,17 @@ def synth_profile(rows: Sequence[Row], summary: dict[str, Any] | None, topic_col
         "largest_cluster": max(clusters.values(), default=0),
     }}
     if summary is not None:
+        counts = summary.get("total") or summary  # a resumed run: the counts over every run into the file
         by_col: Counter[str] = Counter()
-        for key, n in (summary.get("failures") or {}).items():
+        for key, n in (counts.get("failures") or {}).items():
             by_col[key.split(":", 1)[0]] += n
-        processed = summary.get("rows_processed") or 0
+        processed = counts.get("rows_processed") or 0
         out["acceptance"] = {
-            "rows_processed": processed, "accepted": summary.get("accepted"),
-            "rate": round(summary["accepted"] / processed, 4) if processed else None,
+            "rows_processed": processed, "accepted": counts.get("accepted"),
+            "rate": round(counts["accepted"] / processed, 4) if processed else None,
             "failed_attempts_by_validator": dict(by_col.most_common()),
-            "failure_reasons": summary.get("failures") or {},
-            "final_dropped": summary.get("final_dropped") or {},
+            "failure_reasons": counts.get("failures") or {},
+            "final_dropped": counts.get("final_dropped") or {},
         }
     if topic_column:
         seen = Counter(str((r.get("columns") or {}).get(topic_column)) for r in rows)

@@ -250,6 +250,11 @@ def test_synth_profile_clusters_acceptance_and_coverage():
     assert sp["acceptance"]["rate"] == 0.5
     assert sp["acceptance"]["failed_attempts_by_validator"] == {"agree": 4, "len": 2}
     assert sp["topic_coverage"]["missing"] == ["owls"] and sp["topic_coverage"]["of_values"] == 3
+    resumed = {**summary, "rows_processed": 2, "accepted": 1,  # the last run's own counts, then every run's
+               "total": {"rows_processed": 10, "accepted": 5, "failures": {"agree:x": 5}, "final_dropped": {}}}
+    sp = synth_profile(rows, resumed, "topic")
+    assert sp["acceptance"]["rate"] == 0.5 and sp["acceptance"]["failed_attempts_by_validator"] == {"agree": 5}
+    assert sp["topic_coverage"]["of_values"] == 3  # the config still read from the summary
 
 
 def test_judge_validator_uses_the_judge_prompt_and_threshold():
