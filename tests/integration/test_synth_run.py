@@ -67,3 +67,23 @@ def test_bad_config_is_one_line_before_any_model_loads(tmp_path):
                        env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().count("\n") == 0 and "column 'answer' references 'questoin'" in r.stderr
+
+
+def test_every_other_shipped_recipe_runs_on_the_tiny_model(tmp_path):
+    """``recipes/synth/*.yaml`` beyond the two-step one (tested above): each runs end to end on the tiny
+    model, its one model column cut to a few tokens; random weights break the instruction rules, so
+    the rows are rejected by the environment's verifier, with the reasons counted."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    env.pop("POSTTRAIN_SYNTH_FAULT_AFTER_ROW", None)
+    recipes = sorted(p for p in (ROOT / "recipes/synth").glob("*.yaml") if p.stem != "two_step_qa")
+    assert recipes
+    for recipe in recipes:
+        out = tmp_path / f"{recipe.stem}.jsonl"
+        argv = ["-m", "posttrain.cli", "synth", "--config", str(recipe), "--out", str(out), "--no-progress",
+                "rows=4", "max_attempts=2", "generation.batch_rows=4", "generation.model=tiny-llama",
+                "columns.response.max_new_tokens=8"]
+        r = subprocess.run([sys.executable, *argv], env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
+        assert r.returncode == 0, (recipe.name, r.stderr[-3000:])
+        s = json.loads((tmp_path / f"{recipe.stem}.summary.json").read_text())
+        assert s["rows_processed"] == 4 and s["accepted"] + s["rejected"] + sum(s["final_dropped"].values()) == 4
+        assert sum(s["failures"].values()) >= 2 * s["rejected"], (recipe.name, s)  # every attempt's reason counted

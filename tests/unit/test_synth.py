@@ -26,8 +26,9 @@ def cfg_of(columns: dict, **kw) -> SynthConfig:
 # --------------------------------------------------------------------------- config and DAG
 
 def test_shipped_configs_load_and_order():
-    for name in ("two_step_qa", "instruction_personas"):
-        path = ROOT / "recipes/synth" / f"{name}.yaml"
+    paths = sorted((ROOT / "recipes/synth").glob("*.yaml"))
+    assert {p.stem for p in paths} >= {"two_step_qa", "instruction_personas", "instruction_sft"}
+    for path in paths:
         cfg = load_config(SynthConfig, path)
         order = column_order(cfg)
         assert set(order) == set(cfg.columns)
