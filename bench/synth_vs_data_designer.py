@@ -129,6 +129,7 @@ def main() -> None:
     p.add_argument("--url", help="use this running server (http://host:port/v1#model) instead of starting one")
     p.add_argument("--dd-venv", default="/tmp/dd-venv")
     p.add_argument("--vllm-python", default=str(ROOT / ".venv-vllm" / "bin" / "python"))
+    p.add_argument("--wait-s", type=int, default=1500, help="how long to wait for vllm serve to come up (loaded CPU: minutes)")
     p.add_argument("--no-record", action="store_true")
     args = p.parse_args()
     if not Path(f"{args.dd_venv}/bin/python").exists():
@@ -142,7 +143,7 @@ def main() -> None:
         return
     from synth_throughput import vllm_server
 
-    with vllm_server(args.vllm_python, model_dir, port=args.port) as spec:
+    with vllm_server(args.vllm_python, model_dir, port=args.port, wait_s=args.wait_s) as spec:
         bench(args, spec, model_dir)
 
 
