@@ -11,8 +11,8 @@ texts, the artifact files, and every connection attempt to a non-loopback addres
 audit hook blocks them, so a run that tried to phone out says so instead of doing it).
 
 Telemetry is off through ``NEMO_TELEMETRY_ENABLED=false`` (data_designer/engine/models/telemetry.py
-reads it at import; the bench sets it in the environment, and this script sets it again before the
-first import). Imports only the standard library before that.
+reads it at import; the bench sets it in the environment, and ``main`` sets it again before the
+first import). Imports only the standard library at module level.
 """
 
 from __future__ import annotations
@@ -22,9 +22,6 @@ import json
 import os
 import sys
 import time
-
-os.environ["NEMO_TELEMETRY_ENABLED"] = "false"
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 BLOCKED: list[str] = []
 
@@ -53,6 +50,8 @@ def _audit(event: str, args: tuple) -> None:
 
 def main() -> None:
     a = json.loads(sys.argv[1])
+    os.environ["NEMO_TELEMETRY_ENABLED"] = "false"  # before data_designer's first import (telemetry.py reads it then)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     sys.addaudithook(_audit)
     os.environ.setdefault("DATA_DESIGNER_HOME", os.path.join(a["artifact_dir"], "home"))
 

@@ -51,7 +51,10 @@ COUNTERS = ("vllm:generation_tokens_total", "vllm:prompt_tokens_total", "vllm:re
 
 def server_counters(base: str) -> dict[str, float]:
     """The server's token and request counters (Prometheus text at /metrics), summed over label sets."""
-    text = urllib.request.urlopen(f"{base}/metrics", timeout=10).read().decode()
+    return parse_counters(urllib.request.urlopen(f"{base}/metrics", timeout=10).read().decode())
+
+
+def parse_counters(text: str) -> dict[str, float]:
     out = {k: 0.0 for k in COUNTERS}
     for line in text.splitlines():
         m = re.match(r"^([a-z_:]+)(\{[^}]*\})?\s+([0-9.eE+-]+)$", line)
