@@ -132,15 +132,22 @@ def to_completion(output: Any, prompt_ids: Sequence[int], tokenizer: Any, stop_i
             f"{len(token_ids)} tokens; was the request made with logprobs=0?"
         )
     logprobs = [float(step[tok].logprob) for step, tok in zip(output.logprobs, token_ids)]
+    return make_completion(token_ids, logprobs, output.finish_reason, prompt_ids, tokenizer, stop_ids)
+
+
+def make_completion(token_ids: list[int], logprobs: list[float], finish_reason: str | None,
+                    prompt_ids: Sequence[int], tokenizer: Any, stop_ids: frozenset[int]) -> Completion:
+    """A ``Completion`` from vLLM's sampled ids, their log-probs and its finish reason (the
+    in-process engine's ``CompletionOutput`` or a ``vllm serve`` completion choice)."""
     stopped = bool(token_ids) and token_ids[-1] in stop_ids
     reason: FinishReason
-    if output.finish_reason == "length":
+    if finish_reason == "length":
         reason = "stop" if stopped else "length"  # a stop token sampled as the last allowed token
-    elif output.finish_reason == "stop" and stopped:
+    elif finish_reason == "stop" and stopped:
         reason = "stop"
     else:  # "abort", or a stop that is not one of our stop tokens (we pass no stop strings)
         raise RuntimeError(
-            f"vLLM ended a request with finish_reason={output.finish_reason!r} and last token "
+            f"vLLM ended a request with finish_reason={finish_reason!r} and last token "
             f"{token_ids[-1:]} (stop tokens: {sorted(stop_ids)})"
         )
     body = token_ids[:-1] if reason == "stop" else token_ids
