@@ -219,7 +219,7 @@ class VLLMServerEngineConfig(StrictModel):
 
 
 SERVER_FIXED_ARGS = ("--model", "--port", "--host", "--served-model-name", "--logprobs-mode", "--max-num-seqs",
-                     "--generation-config")
+                     "--generation-config", "--worker-extension-cls")
 
 EngineConfig = Annotated[
     Union[HFEngineConfig, VLLMEngineConfig, VLLMServerEngineConfig], Field(discriminator="type"),

@@ -169,10 +169,14 @@ def _load_into_worker(worker: Any, weights: list[tuple[str, Any]]) -> None:
     ``process_weights_after_loading``, which the CPU backend needs — its linear layers pre-pack
     their weights into kernel layouts (oneDNN / sgl ``convert_weight_packed``) and drop the original
     ``weight``, so a bare ``load_weights`` after start-up would not reach the packed copy the
-    kernels read."""
+    kernels read. The reload misses a *tied* ``lm_head`` (it loads no weight of its own), whose CPU
+    GEMM handle is rebuilt after it (``vllm_worker_ext.refresh_lm_heads``)."""
     runner = worker.model_runner
     if hasattr(runner, "reload_weights"):
+        from posttrain.engines.vllm_worker_ext import refresh_lm_heads
+
         runner.reload_weights(weights_iterator=iter(weights), is_checkpoint_format=True)
+        refresh_lm_heads(runner.get_model())  # a tied lm_head's CPU GEMM handle (vllm_worker_ext.py)
         return
     model = runner.get_model() if hasattr(runner, "get_model") else runner.model
     model.load_weights(weights=weights)

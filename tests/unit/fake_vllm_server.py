@@ -5,7 +5,7 @@ Started as ``python fake_vllm_server.py -m vllm.entrypoints.openai.api_server --
 ...`` (the engine's command line, behind a wrapper script that stands in for the venv's python).
 Answers ``GET /v1/models``; ``POST /v1/completions`` with a scripted sample that depends on the
 seed, the prompt and the *weights version* (so a weight sync visibly changes the samples);
-``POST /collective_rpc`` ``reload_weights`` reads the safetensors file in ``weights_path`` and bumps
+``POST /collective_rpc`` ``posttrain_reload_weights`` (the worker extension's method) reads the safetensors file in ``weights_path`` and bumps
 the version to a checksum of what it read; ``POST /reset_prefix_cache``. Every request is appended
 to ``$FAKE_VLLM_LOG`` as a JSON line. ``$FAKE_VLLM_FAIL=1``: exit at once with an error (start-up
 failure). ``$FAKE_VLLM_CHILD=1``: also start a child process in the same group (vLLM's engine core),
@@ -69,7 +69,7 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/v1/completions":
             self._send(200, {"choices": [sample(body)]})
         elif self.path == "/collective_rpc":
-            if body.get("method") != "reload_weights":
+            if body.get("method") != "posttrain_reload_weights":
                 self._send(400, {"error": f"unknown method {body.get('method')}"})
                 return
             from safetensors.torch import load_file
@@ -79,7 +79,7 @@ class Handler(BaseHTTPRequestHandler):
             tensors = {k: v for f in files for k, v in load_file(os.path.join(d, f)).items()}
             STATE["version"] = int(sum(float(v.float().sum()) for v in tensors.values()) * 1000) % 997 + 1
             log({"reloaded": sorted(tensors), "files": os.listdir(d), "version": STATE["version"]})
-            self._send(200, {"results": [None]})
+            self._send(200, {"results": [{"reload_s": 0.5, "refresh_s": 0.25, "lm_heads_refreshed": 1}]})
         elif self.path == "/reset_prefix_cache":
             STATE["resets"] += 1
             self._send(200)
@@ -92,8 +92,9 @@ def main(argv: list[str]) -> None:
     if os.environ.get("FAKE_VLLM_FAIL"):
         print("ValueError: fake start-up failure", flush=True)
         sys.exit(3)
-    log({"argv": argv, "env": {k: os.environ.get(k) for k in ("VLLM_SERVER_DEV_MODE", "VLLM_CPU_KVCACHE_SPACE",
-                                                              "PYTHONPATH")}, "pid": os.getpid()})
+    ext = os.environ.get("PYTHONPATH", "")
+    log({"argv": argv, "env": {k: os.environ.get(k) for k in ("VLLM_SERVER_DEV_MODE", "VLLM_CPU_KVCACHE_SPACE")},
+         "pythonpath": sorted(os.listdir(ext)) if os.path.isdir(ext) else ext, "pid": os.getpid()})
     if os.environ.get("FAKE_VLLM_CHILD"):
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
         log({"child": child.pid})

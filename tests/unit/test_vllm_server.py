@@ -113,7 +113,10 @@ def test_generate_requests_and_completions(tiny, fake):
         assert args["--max-num-seqs"] == "8" and args["--host"] == "127.0.0.1" and args["--port"] == str(gen.port)
         assert args["--max-model-len"] == "2048" and args["--foo"] == "1"
         assert (Path(args["--model"]) / "config.json").is_file()  # the policy's current weights, saved
-        assert start["env"] == {"VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "3", "PYTHONPATH": None}
+        assert start["env"] == {"VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "3"}
+        # PYTHONPATH: the worker extension alone (not the caller's PYTHONPATH), named on the command line
+        assert start["pythonpath"] == ["posttrain_vllm_ext.py"]
+        assert args["--worker-extension-cls"] == "posttrain_vllm_ext.WorkerExtension"
 
         prompts = [[{"role": "user", "content": "What is 2 + 2?"}], [{"role": "user", "content": "hi"}]]
         params = SamplingParams(max_new_tokens=6, temperature=0.7, n=3, seed=5)
@@ -164,11 +167,12 @@ def test_sync_weights_writes_reloads_deletes_and_resets(tiny, fake):
         assert set(reload["reloaded"]) == {n for n in policy.state_dict() if not (tied and n == "lm_head.weight")}
         assert reload["files"] == ["model.safetensors"]  # complete, renamed before the reload
         rpc = [r["body"] for r in records() if r.get("path") == "/collective_rpc"][-1]
-        assert rpc["method"] == "reload_weights" and rpc["kwargs"]["is_checkpoint_format"] is True
+        assert rpc["method"] == "posttrain_reload_weights"
         assert os.listdir(rpc["kwargs"]["weights_path"]) == []  # deleted after the reload
         paths = [r.get("path") for r in records() if "path" in r]
         assert paths[-2:] == ["/collective_rpc", "/reset_prefix_cache"]
-        assert set(gen.last_sync) == {"write_s", "reload_s", "reset_s", "total_s"}
+        assert set(gen.last_sync) == {"write_s", "reload_s", "reset_s", "total_s", "worker_reload_s", "worker_refresh_s"}
+        assert gen.last_sync["worker_refresh_s"] == 0.25
         after = gen.generate(prompts, params)
         assert after[0][0].token_ids != before[0][0].token_ids  # the server samples from the new weights
         assert names  # (policy untouched by the sync)
