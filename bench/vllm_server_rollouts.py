@@ -56,6 +56,7 @@ def main() -> None:
     p.add_argument("--no-record", action="store_true")
     args = p.parse_args()
 
+    import posttrain  # noqa: F401  (first: its MKL shim must load before torch, models/blas.py)
     import torch
 
     from posttrain.engines.base import SamplingParams
