@@ -210,11 +210,11 @@ def test_server_stops_when_the_trainer_dies(fake, tmp_path, how):
         from posttrain.models.loading import load_model
         from posttrain.engines.registry import make_engine
         m = load_model("tiny-llama", device="cpu")
-        gen = make_engine({{"type": "vllm-server", "python": {py!r}}}, m.model, m.tokenizer)
+        gen = make_engine({{"type": "vllm-server", "python": {py!r}, "weights_dir": {str(tmp_path)!r}}}, m.model, m.tokenizer)
         print("ready", flush=True)
         time.sleep(600)
     """))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}  # a killed trainer leaves its directories
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
     try:
         assert proc.stdout.readline().strip() == "ready"
