@@ -185,8 +185,45 @@ class VLLMEngineConfig(StrictModel):
         return self
 
 
+class VLLMServerEngineConfig(StrictModel):
+    """A ``vllm serve`` subprocess from vLLM's own virtualenv (``.venv-vllm``), reached over HTTP;
+    weights synced after every optimizer step through a safetensors file and the server's
+    ``/collective_rpc`` ``reload_weights`` (engines/vllm_server.py, docs/engines.md)."""
+
+    type: Literal["vllm-server"] = "vllm-server"
+    python: str | None = None
+    """The interpreter that runs ``vllm serve``; ``None``: ``$POSTTRAIN_VLLM_VENV/bin/python``, else
+    ``.venv-vllm/bin/python`` at the repository root."""
+    port: int | None = Field(None, ge=1, le=65535)
+    """``None``: a free port."""
+    kv_cache_space_gib: int | None = Field(2, ge=1)
+    """CPU only: ``VLLM_CPU_KVCACHE_SPACE`` for the server (GiB); ``None``: vLLM's default."""
+    dtype: str = "auto"
+    max_model_len: int | None = Field(2048, ge=1)
+    """Bounds the KV cache a sequence may take; ``None``: the model's ``max_position_embeddings``."""
+    seed: int = 0
+    startup_timeout_s: float = Field(900.0, gt=0)
+    """How long the server may take to come up (2-4 min on a busy 2-core CPU)."""
+    weights_dir: str | None = None
+    """Where the synced safetensors file is written (read once by the server, then deleted);
+    ``None``: ``/dev/shm`` (RAM) where it exists, else the temporary directory."""
+    server_args: list[str] = Field(default_factory=list)
+    """More ``vllm serve`` arguments (not --model, --port, --logprobs-mode or --max-num-seqs)."""
+
+    @model_validator(mode="after")
+    def _not_ours(self) -> "VLLMServerEngineConfig":
+        fixed = sorted({a.split("=")[0] for a in self.server_args} & set(SERVER_FIXED_ARGS))
+        if fixed:
+            raise ValueError(f"server_args may not set {fixed}: the engine sets them itself")
+        return self
+
+
+SERVER_FIXED_ARGS = ("--model", "--port", "--host", "--served-model-name", "--logprobs-mode", "--max-num-seqs",
+                     "--generation-config", "--worker-extension-cls")
+
 EngineConfig = Annotated[
-    Union[HFEngineConfig, VLLMEngineConfig], Field(discriminator="type"), BeforeValidator(_bare_name)
+    Union[HFEngineConfig, VLLMEngineConfig, VLLMServerEngineConfig], Field(discriminator="type"),
+    BeforeValidator(_bare_name)
 ]
 
 

@@ -1,10 +1,11 @@
 """Rollout engines by name, so moving RL from the CPU loop to vLLM is a config change.
 
-``rollout.engine`` is a typed config (``configs/plugins.py``: ``{type: hf}`` or ``{type: vllm,
-gpu_memory_utilization: 0.3, ...}``); ``ENGINES[type](config, model, tokenizer, batch_size)``
-builds the ``Generator`` for the policy being trained. Engines that keep their own copy of the
-weights (vLLM) implement ``update_weights(model)``; :func:`sync_weights` calls it after every
-optimizer step. The in-process ``hf`` engine samples from the live module: nothing to sync.
+``rollout.engine`` is a typed config (``configs/plugins.py``: ``{type: hf}``, ``{type: vllm,
+gpu_memory_utilization: 0.3, ...}`` or ``{type: vllm-server, ...}``); ``ENGINES[type](config,
+model, tokenizer, batch_size)`` builds the ``Generator`` for the policy being trained. Engines that
+keep their own copy of the weights (vLLM in process, or a ``vllm serve`` subprocess) implement
+``update_weights(model)``; :func:`sync_weights` calls it after every optimizer step. The
+in-process ``hf`` engine samples from the live module: nothing to sync.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def _hf(cfg: HFEngineConfig, model: Any, tokenizer: Any, batch_size: int) -> Any
 
 # Engines behind an optional extra register themselves when their module is imported; importing it
 # only when asked keeps `vllm` (and its CUDA torch) out of CPU installs.
-_OPTIONAL = {"vllm": "posttrain.engines.vllm_engine"}
+_OPTIONAL = {"vllm": "posttrain.engines.vllm_engine", "vllm-server": "posttrain.engines.vllm_server"}
 _ENGINE_CONFIG: TypeAdapter[Any] = TypeAdapter(EngineConfig)
 
 

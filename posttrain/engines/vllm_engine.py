@@ -132,15 +132,22 @@ def to_completion(output: Any, prompt_ids: Sequence[int], tokenizer: Any, stop_i
             f"{len(token_ids)} tokens; was the request made with logprobs=0?"
         )
     logprobs = [float(step[tok].logprob) for step, tok in zip(output.logprobs, token_ids)]
+    return make_completion(token_ids, logprobs, output.finish_reason, prompt_ids, tokenizer, stop_ids)
+
+
+def make_completion(token_ids: list[int], logprobs: list[float], finish_reason: str | None,
+                    prompt_ids: Sequence[int], tokenizer: Any, stop_ids: frozenset[int]) -> Completion:
+    """A ``Completion`` from vLLM's sampled ids, their log-probs and its finish reason (the
+    in-process engine's ``CompletionOutput`` or a ``vllm serve`` completion choice)."""
     stopped = bool(token_ids) and token_ids[-1] in stop_ids
     reason: FinishReason
-    if output.finish_reason == "length":
+    if finish_reason == "length":
         reason = "stop" if stopped else "length"  # a stop token sampled as the last allowed token
-    elif output.finish_reason == "stop" and stopped:
+    elif finish_reason == "stop" and stopped:
         reason = "stop"
     else:  # "abort", or a stop that is not one of our stop tokens (we pass no stop strings)
         raise RuntimeError(
-            f"vLLM ended a request with finish_reason={output.finish_reason!r} and last token "
+            f"vLLM ended a request with finish_reason={finish_reason!r} and last token "
             f"{token_ids[-1:]} (stop tokens: {sorted(stop_ids)})"
         )
     body = token_ids[:-1] if reason == "stop" else token_ids
@@ -162,10 +169,14 @@ def _load_into_worker(worker: Any, weights: list[tuple[str, Any]]) -> None:
     ``process_weights_after_loading``, which the CPU backend needs — its linear layers pre-pack
     their weights into kernel layouts (oneDNN / sgl ``convert_weight_packed``) and drop the original
     ``weight``, so a bare ``load_weights`` after start-up would not reach the packed copy the
-    kernels read."""
+    kernels read. The reload misses a *tied* ``lm_head`` (it loads no weight of its own), whose CPU
+    GEMM handle is rebuilt after it (``vllm_worker_ext.refresh_lm_heads``)."""
     runner = worker.model_runner
     if hasattr(runner, "reload_weights"):
+        from posttrain.engines.vllm_worker_ext import refresh_lm_heads
+
         runner.reload_weights(weights_iterator=iter(weights), is_checkpoint_format=True)
+        refresh_lm_heads(runner.get_model())  # a tied lm_head's CPU GEMM handle (vllm_worker_ext.py)
         return
     model = runner.get_model() if hasattr(runner, "get_model") else runner.model
     model.load_weights(weights=weights)

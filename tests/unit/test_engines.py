@@ -296,17 +296,38 @@ def test_update_weights_pushes_every_tensor_and_resets_the_prefix_cache(tiny, fa
     gen.close()
 
 
-def test_update_weights_prefers_the_runners_in_place_reload(tiny, fake_vllm):
+def test_update_weights_prefers_the_runners_in_place_reload(tiny, fake_vllm, monkeypatch):
     """vLLM ≥ 0.32's ``model_runner.reload_weights`` re-runs ``process_weights_after_loading``: the
-    CPU backend pre-packs linear weights, so a bare ``load_weights`` would miss the packed copy."""
+    CPU backend pre-packs linear weights, so a bare ``load_weights`` would miss the packed copy. On
+    the CPU a tied ``lm_head``'s GEMM handle is rebuilt after it (``vllm_worker_ext.py``)."""
+    class ParallelLMHead(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.ones(4, 2))
+            self.cpu_linear = object()
+            self.quant_method = SimpleNamespace(process_weights_after_loading=lambda layer: refreshed.append(layer))
+
+    refreshed: list = []
+    platforms = types.ModuleType("vllm.platforms")
+    platforms.current_platform = SimpleNamespace(is_cpu=lambda: True)
+    vpe = types.ModuleType("vllm.model_executor.layers.vocab_parallel_embedding")
+    vpe.ParallelLMHead = ParallelLMHead
+    monkeypatch.setitem(sys.modules, "vllm.platforms", platforms)
+    monkeypatch.setitem(sys.modules, "vllm.model_executor.layers.vocab_parallel_embedding", vpe)
     gen = make_engine("vllm", tiny.model, tiny.tokenizer)
     calls = []
     runner = gen.llm.llm_engine.model_executor.driver_worker.model_runner
     runner.reload_weights = lambda weights_iterator, is_checkpoint_format: calls.append(
         ([n for n, _ in weights_iterator], is_checkpoint_format))
+    head = ParallelLMHead()
+    runner.get_model = lambda: torch.nn.Sequential(torch.nn.Linear(2, 2), head)
     gen.update_weights(tiny.model)
     assert calls == [(list(tiny.model.state_dict()), True)]
+    assert refreshed == [head]  # the head's handle rebuilt from its (reloaded) weight
     assert gen.llm.model.loaded == [] and gen.llm.resets == 1
+    platforms.current_platform = SimpleNamespace(is_cpu=lambda: False)  # off the CPU: nothing to rebuild
+    gen.update_weights(tiny.model)
+    assert refreshed == [head]
     gen.close()
 
 
