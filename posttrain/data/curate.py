@@ -751,7 +751,8 @@ def make_teacher(spec: str) -> tuple[str, "Generator"]:
     if rest.startswith(("http://", "https://")):
         from posttrain.engines.openai_compat import OpenAIGenerator
 
-        return name, OpenAIGenerator.from_spec(rest)
+        # curation and synth keep a teacher's text only: log-probs would be work for the server and bytes on the wire
+        return name, OpenAIGenerator.from_spec(rest, logprobs=False)
     from posttrain.engines.hf import HFGenerator  # heavy (torch): only when a local teacher is asked for
 
     return name, HFGenerator.from_spec(rest)

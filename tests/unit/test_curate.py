@@ -470,3 +470,10 @@ def test_cli_runs_the_pipeline_with_env_tasks_and_filter_options(tmp_path, monke
     monkeypatch.setattr(curate_command, "make_teacher", lambda spec: pytest.fail("a teacher was loaded"))
     with pytest.raises(CurateError, match="unknown filter 'lenght'"):  # refused before any teacher loads
         curate_command.run(unknown)
+
+
+def test_a_server_teacher_is_asked_for_text_only():
+    from posttrain.data.curate import make_teacher
+
+    name, gen = make_teacher("big=http://127.0.0.1:9/v1#judge")  # no request is made here
+    assert name == "big" and gen.model == "judge" and gen.logprobs is False
