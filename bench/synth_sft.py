@@ -49,7 +49,8 @@ ARMS = ("templated", "synth")
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--work", type=Path, default=Path("runs/synth_sft"))
-    p.add_argument("--only", choices=["synth", "train", "report"], help="one part (default: all, in order)")
+    p.add_argument("--only", choices=["synth", "train", "teacher", "report"],
+                   help="one part (default: all, in order; teacher: score the generator on the same test tasks)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS), help="train these arms (the templated one needs no synth run)")
     p.add_argument("--rows", type=int, default=200, help="SFT rows per arm (the pipeline's sft_instruction_rows)")
@@ -67,6 +68,8 @@ def main() -> None:
         for seed in args.seeds:
             for arm in args.arms:
                 train_and_score(args, seed, arm)
+    if args.only in (None, "teacher"):
+        score_teacher(args)
     if args.only in (None, "report"):
         report(args)
 
@@ -151,6 +154,22 @@ def train_and_score(args: argparse.Namespace, seed: int, arm: str) -> None:
     print(f"[train] {arm} seed {seed}: {scored['mean']} ({train_s:.0f} s SFT)")
 
 
+def score_teacher(args: argparse.Namespace) -> None:
+    """The generator on the same test tasks and graders: a student above it learned more than its imitation."""
+    from posttrain.experiments.evidence import external_records, score_records
+
+    done = args.work / "teacher.json"
+    if done.exists():
+        return
+    rl_dir = args.work / "eval_rl"
+    rl_dir.mkdir(exist_ok=True)
+    write_eval_config(args, rl_dir / "config.yaml")
+    scored = score_records(rl_dir, args.teacher, args.work / "teacher.records.jsonl", args.n_test, batch_size=100)
+    ext = external_records(rl_dir, args.work / "teacher.records.jsonl", "test", args.n_test)
+    done.write_text(json.dumps({**scored, "external": str(ext)}, indent=2))
+    print(f"[teacher] {scored['mean']}")
+
+
 def instruction_dev_rows() -> list[dict]:
     """The held-out SFT loss's rows: scripted replies to dev tasks (the same for both arms)."""
     from posttrain.envs.base import make_env
@@ -189,6 +208,16 @@ def report(args: argparse.Namespace) -> None:
         lines.append(f"  seed {seed}: templated {ours['before']:.3f}, synth {ours['after']:.3f}, "
                      f"synth − templated {ours['gain']:+.3f} ± {ours['se']:.3f} (IFEval {ext['gain']:+.3f} ± {ext['se']:.3f}, "
                      f"n {ext['n']}); tokens trained {arms['templated']['tokens_trained']} vs {arms['synth']['tokens_trained']}")
+    teacher = None
+    if (args.work / "teacher.json").exists():  # the generator, once, on the same tasks
+        t = json.loads((args.work / "teacher.json").read_text())
+        teacher = {"score": t["mean"]["instruction"], "students_minus_teacher": {}}
+        for seed in args.seeds:
+            rec = json.loads((args.work / f"s{seed}" / "synth.json").read_text())["records"]
+            g = record_gains(Path(t["records"]), Path(rec))["instruction"]
+            teacher["students_minus_teacher"][seed] = [round(g["gain"], 4), round(g["se"], 4)]
+        lines.append(f"  teacher (the generator) {teacher['score']:.3f}; synth student − teacher per seed "
+                     + ", ".join(f"{g:+.3f} ± {se:.3f}" for g, se in teacher["students_minus_teacher"].values()))
     n = len(per_seed)
     mean = lambda k: sum(s[k] for s in per_seed) / n  # noqa: E731
     pooled_se = lambda k: (sum(s[k] ** 2 for s in per_seed)) ** 0.5 / n  # noqa: E731
@@ -200,9 +229,9 @@ def report(args: argparse.Namespace) -> None:
             f"{100 * mean('ifeval_gain'):+.1f} ± {100 * pooled_se('ifeval_se'):.1f}")
     print(f"RESULT synth_sft: {100 * mean('gain'):+.1f} ± {100 * pooled_se('se'):.1f} points "
           f"(synthesized − templated, {what})")
-    append_row(RESULTS, {"seeds": per_seed, "gain": round(mean("gain"), 4), "se": round(pooled_se("se"), 4),
+    append_row(RESULTS, {"seeds": per_seed, "teacher": teacher, "gain": round(mean("gain"), 4), "se": round(pooled_se("se"), 4),
                          "ifeval_gain": round(mean("ifeval_gain"), 4), "ifeval_se": round(pooled_se("ifeval_se"), 4),
-                         "rows": args.rows, "steps": args.steps, "n_test": args.n_test, "teacher": args.teacher,
+                         "rows": args.rows, "steps": args.steps, "n_test": args.n_test, "generator": args.teacher,
                          "synth": {k: summary.get(k) for k in ("rows_processed", "accepted", "rejected", "completions",
                                                                "failures", "final_dropped")},
                          **provenance("test", machine(os.getloadavg()[0], os.getloadavg()[0]))})
