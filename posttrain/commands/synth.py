@@ -31,8 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", required=True, help="synth YAML (recipes/synth/)")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. rows=50 generation.model=embedded")
     p.add_argument("--out", help="output conversation JSONL (required unless --check)")
-    p.add_argument("--model", help="generator: embedded, a checkpoint dir, http://host:port/v1[#model] "
-                                     "(overrides generation.model)")
+    p.add_argument("--model", help="generator: embedded, a checkpoint dir, http://host:port/v1[#model], "
+                                     "vllm-server:MODEL (served by vllm serve from .venv-vllm; overrides generation.model)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run of the same config")
     p.add_argument("--check", action="store_true", help="check the config, its column DAG and seed files, then exit")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -59,7 +59,11 @@ def run(args: argparse.Namespace) -> int:
     ctx = build_context(cfg, base_dir)
     from posttrain.data.curate import make_teacher
 
-    name, gen = make_teacher(cfg.generation.model)
-    synthesize(cfg, gen, out, resume=args.resume, base_dir=base_dir, model_name=name,
-               progress=not args.no_progress, ctx=ctx)
+    name, gen = make_teacher(cfg.generation.model, batch_size=cfg.generation.batch_rows)
+    try:
+        synthesize(cfg, gen, out, resume=args.resume, base_dir=base_dir, model_name=name,
+                   progress=not args.no_progress, ctx=ctx)
+    finally:
+        if hasattr(gen, "close"):  # a vllm-server generator stops its server here, not at exit
+            gen.close()
     return 0

@@ -742,12 +742,22 @@ def _accepts_seeds(gen: Any) -> bool:
         return False
 
 
-def make_teacher(spec: str) -> tuple[str, "Generator"]:
-    """``[name=]SPEC``: ``http(s)://host:port/v1[#model]`` → OpenAI-compatible server; anything
-    else is a model spec for ``posttrain.models.loading`` (``embedded``, a directory, ...)."""
+VLLM_SERVER = "vllm-server:"
+"""A teacher spec's prefix for a model served by a ``vllm serve`` this process starts (.venv-vllm)."""
+
+
+def make_teacher(spec: str, batch_size: int = 32) -> tuple[str, "Generator"]:
+    """``[name=]SPEC``: ``http(s)://host:port/v1[#model]`` → OpenAI-compatible server;
+    ``vllm-server:MODEL`` → ``MODEL`` served by a ``vllm serve`` subprocess that lives as long as the
+    generator (engines/vllm_server.py; ``batch_size`` requests in flight); anything else is a model
+    spec for ``posttrain.models.loading`` (``embedded``, a directory, ...) sampled in process."""
     name, sep, rest = spec.partition("=")
-    if not sep or "://" in name:
+    if not sep or "://" in name or name.startswith(VLLM_SERVER):
         name, rest = spec, spec
+    if rest.startswith(VLLM_SERVER):
+        from posttrain.engines.vllm_server import VLLMServerGenerator
+
+        return name, VLLMServerGenerator.from_spec(rest[len(VLLM_SERVER):], batch_size=batch_size)
     if rest.startswith(("http://", "https://")):
         from posttrain.engines.openai_compat import OpenAIGenerator
 

@@ -226,3 +226,35 @@ def test_server_stops_when_the_trainer_dies(fake, tmp_path, how):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_synth_generates_through_a_vllm_server_it_starts(fake, tmp_path, monkeypatch):
+    """``generation.model: vllm-server:MODEL``: synth's rows come from the server it started, each
+    row with its own seed, and the server is stopped when the command ends."""
+    from posttrain.cli import main
+
+    python, records = fake
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    os.symlink(python, venv / "bin" / "python")
+    monkeypatch.setenv("POSTTRAIN_VLLM_VENV", str(venv))
+    cfg = tmp_path / "synth.yaml"
+    cfg.write_text(textwrap.dedent("""\
+        rows: 3
+        columns:
+          n: {type: int, low: 1, high: 9}
+          ans: {type: model, prompt: "say {n}", max_new_tokens: 6}
+        messages:
+          - {role: user, content: "say {n}"}
+          - {role: assistant, content: "{ans}"}
+        final: {filters: null, dedup: null}
+        generation: {model: "vllm-server:tiny-llama", batch_rows: 3, temperature: 1.0}
+        """))
+    out = tmp_path / "out.jsonl"
+    assert main(["synth", "--config", str(cfg), "--out", str(out), "--no-progress"]) == 0
+    summary = json.loads((tmp_path / "out.summary.json").read_text())
+    assert summary["model"] == "vllm-server:tiny-llama" and summary["rows_processed"] == 3
+    sampled = [r for r in records() if r.get("path") == "/v1/completions"]
+    assert len(sampled) == 3 and len({r["body"]["seed"] for r in sampled}) == 3  # a seed per row
+    started = [r for r in records() if "argv" in r]
+    assert len(started) == 1 and wait_dead(started[0]["pid"])  # stopped when synth ended
