@@ -5,7 +5,7 @@ that depend on the seed and on the weights it last reloaded; a wrapper script st
 vLLM venv's python. These tests check posttrain's side: the command line and environment, the
 request per (prompt, sample), the mapping of a choice onto a ``Completion``, the weight sync (file
 written, reloaded, deleted, prefix cache reset), and that the server stops however the engine's
-process ends. ``tests/integration/test_vllm_server.py`` runs real vLLM.
+process ends. ``tests/integration/test_vllm_server_run.py`` runs real vLLM.
 """
 
 from __future__ import annotations
