@@ -128,6 +128,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds (mean ± standard error)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (bench/threads.py: 1 is the shared-machine default)")
     ap.add_argument("--no-save", action="store_true", help="print only, do not append to the results file")
+    ap.add_argument("--vllm-server", action="store_true",
+                    help="also the vllm-server engine (bf16 weights; vllm serve from .venv-vllm computes on one core)")
     args = ap.parse_args()
 
     import torch
@@ -146,6 +148,10 @@ def main() -> None:
     model, tok = loaded.model, loaded.tokenizer
     engines = {"fp32": HFGenerator(model, tok, batch_size=max(batches)),
                "bf16": HFGenerator(model, tok, batch_size=max(batches), dtype="bf16")}
+    if args.vllm_server:
+        from posttrain.engines.vllm_server import VLLMServerGenerator
+
+        engines["vllm-server"] = VLLMServerGenerator(model, tok, batch_size=max(batches), dtype="bfloat16")
     for g in engines.values():
         g.stop_ids = frozenset()  # every row decodes exactly new_tokens: the batch stays at B
         timed_generate(g, prompts_for(2), 4, 0)  # warm-up
@@ -179,10 +185,11 @@ def main() -> None:
     table = []
     for d in engines:
         w_bytes, kv_tok = model_bytes(model, 4 if d == "fp32" else 2)
+        pk = peak["fp32" if d == "fp32" else "bf16"]  # the vLLM server's worker computes in bf16 on one core
         for b in batches:
             step_bytes = w_bytes + kv_tok * b * context
             bw_limit = b * read_gbs * 1e9 / step_bytes
-            compute_limit = peak[d] * 1e9 / (2 * n_params)
+            compute_limit = pk * 1e9 / (2 * n_params)
             roof = min(bw_limit, compute_limit)
             v = runs[(d, b)]
             mean = statistics.mean(v)
@@ -199,6 +206,9 @@ def main() -> None:
 
     default = resolve("auto", "sampling").precision  # what rollout.engine.dtype=auto samples with here
     head = next(r for r in table if r["weights"] == default and r["batch"] == max(batches))
+    server = next((r for r in table if r["weights"] == "vllm-server" and r["batch"] == max(batches)), None)
+    if server is not None:
+        engines["vllm-server"].close()
     row = {"bench": "rollout_throughput",
            "kind": "bandwidth_limit", "model": args.model, "args": vars(args), "bandwidth_read_gbs": read_gbs,
            "bandwidth_copy_gbs": copy_gbs, "peak_gflops": peak, "prompt_tokens": prompt_len, "table": table,
@@ -209,7 +219,9 @@ def main() -> None:
     print(f"RESULT rollout_throughput: {head['frac_bandwidth']:.2f} of bandwidth limit (HFGenerator {default} decode, "
           f"the default (auto) sampling weights here: "
           f"{head['tokens_per_s']:.0f} tok/s at batch {max(batches)} vs {head['bandwidth_limit']:.0f} tok/s limit; "
-          f"{head['frac_roofline']:.2f} of the roofline)")
+          f"{head['frac_roofline']:.2f} of the roofline"
+          + (f"; vllm-server {server['tokens_per_s']:.0f} tok/s, {server['frac_roofline']:.2f} of its roofline" if server else "")
+          + ")")
 
 
 if __name__ == "__main__":

@@ -111,7 +111,7 @@ def server_command(python: str, model_dir: str, port: int, batch_size: int, dtyp
 
 def request_body(prompt_ids: Sequence[int], params: SamplingParams, seed: int, stop_ids: frozenset[int]) -> dict[str, Any]:
     """One ``/v1/completions`` request: one sample of a token-id prompt, its own seed, the sampled
-    ids and their log-probs back, stopping at the end-of-turn tokens."""
+    ids and their log-probs back, stopping at the end-of-turn tokens (none: at ``max_tokens``)."""
     return {
         "model": SERVED_NAME,
         "prompt": list(prompt_ids),
@@ -123,6 +123,7 @@ def request_body(prompt_ids: Sequence[int], params: SamplingParams, seed: int, s
         "logprobs": 0,
         "return_token_ids": True,
         "stop_token_ids": sorted(stop_ids),
+        "ignore_eos": not stop_ids,  # no stop ids: decode to max_tokens, as the HF engine does (benches)
         "skip_special_tokens": True,
     }
 

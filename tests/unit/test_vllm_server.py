@@ -131,7 +131,7 @@ def test_generate_requests_and_completions(tiny, fake):
                 r = by_seed[row_seed(row_seed(5, i), j)]  # each row its own seed, as in the other engines
                 assert r["prompt"] == rendered[i] == c.prompt_ids
                 assert (r["n"], r["logprobs"], r["return_token_ids"], r["temperature"], r["max_tokens"]) == (1, 0, True, 0.7, 6)
-                assert r["stop_token_ids"] == sorted(stop)
+                assert r["stop_token_ids"] == sorted(stop) and stop and r["ignore_eos"] is False
                 assert len(c.token_ids) == len(c.logprobs) and c.logprobs[0] == -0.25
                 if r["seed"] % 2 == 0:  # the fake stops even seeds with the stop token
                     assert c.finish_reason == "stop" and c.token_ids[-1] in stop
@@ -258,3 +258,11 @@ def test_synth_generates_through_a_vllm_server_it_starts(fake, tmp_path, monkeyp
     assert len(sampled) == 3 and len({r["body"]["seed"] for r in sampled}) == 3  # a seed per row
     started = [r for r in records() if "argv" in r]
     assert len(started) == 1 and wait_dead(started[0]["pid"])  # stopped when synth ended
+
+
+def test_no_stop_ids_decodes_to_the_limit_as_the_hf_engine_does():
+    from posttrain.engines.vllm_server import request_body
+
+    params = SamplingParams(max_new_tokens=5)
+    assert request_body([1, 2], params, 0, frozenset())["ignore_eos"] is True  # a bench's fixed batch
+    assert request_body([1, 2], params, 0, frozenset({7}))["ignore_eos"] is False
