@@ -128,6 +128,8 @@ REPORTING_ONLY = {
     "bench/curation_vs_unfiltered.py": "its row records that measure()'s accuracies are on test; chooses nothing",
     "bench/prune.py": "the pruned variants' recovery on test, reported; the searched architecture is chosen by "
                       "prune-search on held-out rows of the distillation data, never on test",
+    "bench/synth_sft.py": "the two SFT arms' instruction scores on test, reported with a design fixed beforehand; "
+                          "reads the test prompts only to refuse a train row that is one of them",
 }
 TEST_USE = re.compile(r"""(?x)
     (?:\(|,)\s*["']test["']\s*[,)]         # f(..., "test", ...) as a positional split
