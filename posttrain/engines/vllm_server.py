@@ -164,8 +164,43 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child, between
         pass
 
 
+_STOPPED_CPU_S = [0.0]
+"""CPU seconds of the servers this process has stopped, read from their process groups just before."""
+_LIVE_GROUPS: set[int] = set()
+
+
+def group_cpu_seconds(pgid: int) -> float:
+    """User + system CPU seconds of the live processes of process group ``pgid``, with what their
+    reaped children spent (Linux ``/proc``; 0 elsewhere). A server's engine core is a process of its
+    own: the server's own rusage would miss it."""
+    total, proc = 0, Path("/proc")
+    if not proc.is_dir():
+        return 0.0
+    for d in proc.iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # exited while we read
+        # after "pid (comm)": state ppid pgrp ... utime(11) stime(12) cutime(13) cstime(14)
+        if int(fields[2]) == pgid:
+            total += sum(int(x) for x in fields[11:15])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def server_cpu_seconds() -> float:
+    """CPU seconds every ``vllm serve`` this process started has spent so far, stopped or running: a
+    stage that samples through one counts the server's CPU as its own (the pipeline's same-time
+    control is given the RL stage's CPU time, experiments/stages.py: cpu_seconds)."""
+    return _STOPPED_CPU_S[0] + sum(group_cpu_seconds(g) for g in list(_LIVE_GROUPS))
+
+
 def _stop(proc: subprocess.Popen, dirs: Sequence[str], log: Any) -> None:
     """Stop the server's process group and delete its directories (idempotent)."""
+    if proc.pid in _LIVE_GROUPS:
+        _STOPPED_CPU_S[0] += group_cpu_seconds(proc.pid)
+        _LIVE_GROUPS.discard(proc.pid)
     if proc.poll() is None:
         try:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -240,6 +275,7 @@ class VLLMServerGenerator(TokenEngine):
         log = open(self.log_path, "w")
         self._proc = subprocess.Popen(self.command, env=env, stdout=log, stderr=subprocess.STDOUT,
                                       start_new_session=True, preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+        _LIVE_GROUPS.add(self._proc.pid)  # start_new_session: the server's pid is its process group
         self._cleanup = weakref.finalize(self, _stop, self._proc, [self._weights_dir, self._dir], log)
         self._client = httpx.Client(timeout=httpx.Timeout(request_timeout_s, connect=10.0),
                                     limits=httpx.Limits(max_connections=min(batch_size, 256) + 4))

@@ -22,9 +22,13 @@ say where it stopped."""
 
 
 def cpu_seconds() -> float:
-    """User + system CPU time of this process so far (all its threads)."""
+    """User + system CPU time of this process so far (all its threads), plus that of every
+    ``vllm serve`` it started (``rollout.engine: vllm-server``): a stage's CPU time is then what its
+    sampling cost, wherever it ran, and the same-time control is given all of it."""
+    from posttrain.engines.vllm_server import server_cpu_seconds
+
     r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
+    return r.ru_utime + r.ru_stime + server_cpu_seconds()
 
 
 def cached_stage(run_dir: Path, name: str, fn: Any) -> dict[str, Any]:
@@ -79,6 +83,14 @@ def instruction_rows(n: int, seed: int) -> list[dict[str, Any]]:
             for t in env.tasks("train", n, seed=seed + 7)]
 
 
+def eval_dtype(cfg: PipelineConfig) -> str:
+    """The precision of the pipeline's greedy measurements (``eval_precision``; ``auto`` decides by
+    the machine probe, as sampling does)."""
+    from posttrain.models.precision import resolve
+
+    return "fp32" if cfg.eval_precision == "fp32" else resolve("auto", "sampling").precision
+
+
 def measure(cfg: PipelineConfig, model_spec: str, data: dict[str, Any], sampled: bool = False) -> dict[str, Any]:
     """Held-out SFT loss and greedy answer accuracy of one model; with ``sampled`` (and
     ``cfg.eval_samples`` > 0) also its sampled accuracy: ``eval_samples`` answers per problem at the
@@ -101,7 +113,8 @@ def measure(cfg: PipelineConfig, model_spec: str, data: dict[str, Any], sampled:
                        loaded.tokenizer.pad_token_id or 0, lambda: autocast("fp32", loaded.device))
 
     tasks = arithmetic_tasks(cfg.n_eval, cfg.seed + 2, "test", max_digits=cfg.max_digits)
-    gen = HFGenerator(loaded.model, loaded.tokenizer, batch_size=cfg.eval_batch_size)
+    gen = HFGenerator(loaded.model, loaded.tokenizer, batch_size=cfg.eval_batch_size,
+                      dtype=eval_dtype(cfg), greedy_in_dtype=True)
     comps = gen.generate([t.messages for t in tasks], SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=0.0))
     env = make_env("math")
     by_digits: dict[int, list[float]] = {}
@@ -134,6 +147,7 @@ def measure(cfg: PipelineConfig, model_spec: str, data: dict[str, Any], sampled:
         "answer_format_rate": formatted / len(tasks),
         "mean_reply_tokens": sum(len(c[0].token_ids) for c in comps) / len(comps),
         "n_eval": len(tasks),
+        "eval_precision": gen.precision,
         "samples": samples,
         "per_task": per_task,  # paired comparisons between models (same tasks, same order)
         **extra,

@@ -266,3 +266,38 @@ def test_no_stop_ids_decodes_to_the_limit_as_the_hf_engine_does():
     params = SamplingParams(max_new_tokens=5)
     assert request_body([1, 2], params, 0, frozenset())["ignore_eos"] is True  # a bench's fixed batch
     assert request_body([1, 2], params, 0, frozenset({7}))["ignore_eos"] is False
+
+
+def test_group_cpu_seconds_counts_a_grandchild():
+    """A server's engine core is its child: the group's CPU time must include it (the parent here
+    idles; only its child burns 0.5 CPU s)."""
+    from posttrain.engines.vllm_server import group_cpu_seconds
+
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass\ntime.sleep(60)"
+    code = f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {burn!r}]); time.sleep(60)"
+    p = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    try:
+        t0 = time.time()
+        while group_cpu_seconds(p.pid) < 0.5 and time.time() - t0 < 30:
+            time.sleep(0.2)
+        assert group_cpu_seconds(p.pid) >= 0.5
+        assert group_cpu_seconds(2 ** 22 + 7) == 0.0  # no such group
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+
+
+def test_server_cpu_is_counted_while_it_runs_and_after_it_stops(tiny, fake, monkeypatch):
+    """The pipeline's stage clock (experiments/stages.py: cpu_seconds) adds ``server_cpu_seconds``:
+    a stopped server's CPU time must not vanish from it."""
+    from posttrain.engines.vllm_server import group_cpu_seconds, server_cpu_seconds
+
+    py, _ = fake
+    monkeypatch.setenv("FAKE_VLLM_CHILD", "1")
+    start = server_cpu_seconds()
+    gen = make_engine({"type": "vllm-server", "python": py}, tiny.model, tiny.tokenizer)
+    spent = group_cpu_seconds(gen._proc.pid)
+    assert spent > 0  # two Python interpreters started: at least a clock tick
+    assert server_cpu_seconds() - start >= spent
+    gen.close()
+    assert server_cpu_seconds() - start >= spent
