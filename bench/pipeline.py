@@ -14,7 +14,8 @@ which nothing was chosen on (the row says ``split``). Appends one JSON line per 
 bench/results/pipeline.jsonl and ends with ``RESULT pipeline...: ...`` lines: the SFT gain, and for
 runs with the controls ``RESULT pipeline_rl_vs_control``: RL − SFT for the same time, pooled over the
 test tasks of every RLVR environment, mean over the runs ± the standard error of that mean from the
-runs' paired standard errors.
+runs' paired standard errors; for fresh ``--quick`` runs also ``RESULT pipeline_quick_time``, the
+slowest run's wall time with process start (the target is 4 minutes on 2 idle cores).
 """
 
 from __future__ import annotations
@@ -133,6 +134,7 @@ def main() -> None:
         p.error("give --quick or --config (run) or --run-dir (record)")
 
     runs: list[Path] = [Path(d) for d in args.run_dir]
+    process_s: dict[Path, float] = {}  # wall of each fresh run, process start included
     if args.quick or args.config:
         for seed in args.seeds:
             tag = "quick" if args.quick else Path(args.config).stem
@@ -146,7 +148,8 @@ def main() -> None:
             t = time.time()
             print("$ " + " ".join(cmd[1:]), flush=True)
             subprocess.run(cmd, check=True, env=env, cwd=ROOT)
-            print(f"[bench] seed {seed}: {time.time() - t:.0f} s wall including process start", flush=True)
+            process_s[d] = round(time.time() - t, 1)
+            print(f"[bench] seed {seed}: {process_s[d]:.0f} s wall including process start", flush=True)
             runs.append(d)
 
     rows = []
@@ -157,6 +160,8 @@ def main() -> None:
                "threads": args.threads if args.threads is not None else "cli-default", "env": speed_env(),
                "loadavg_end": [round(x, 2) for x in os.getloadavg()],
                "python": platform.python_version(), **summarize(d)}
+        if d in process_s:
+            row["process_wall_s"] = process_s[d]
         if not args.no_save:
             append_row(RESULTS, row)
         rows.append(row)
@@ -182,6 +187,11 @@ def main() -> None:
                 extra += f", sampled accuracy {sampled['gain'] * 100:+.1f} ± {sampled['se'] * 100:.1f}"
         print(f"RESULT {name}: {mean * 100:+.1f} points (test answer accuracy gain of SFT, mean of {len(sft)} "
               f"run(s), smallest gain/paired-se {z:.1f}{extra})")
+    walls = [r["process_wall_s"] for r in rows if "process_wall_s" in r]
+    if name == "pipeline_quick" and walls:
+        print(f"RESULT pipeline_quick_time: {max(walls):.0f} s (the slowest of {len(walls)} fresh `posttrain pipeline "
+              f"--quick` runs, process start included; each: {', '.join(f'{w:.0f}' for w in walls)} s; "
+              f"load at the end {os.getloadavg()[0]:.2f}; target 240 s)")
     line = rl_vs_control_line([r["test"] for r in rows if r.get("test")])
     if line:
         print(line)

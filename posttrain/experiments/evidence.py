@@ -52,10 +52,11 @@ def tokens_budget(sft: dict[str, Any], tokens: int) -> int:
 
 
 def score_records(rl_dir: Path, model: str, out: Path, n_tasks: int, batch_size: int,
-                 split: str = "test") -> dict[str, Any]:
+                 split: str = "test", dtype: str = "fp32") -> dict[str, Any]:
     """Greedy rewards of ``model`` on ``n_tasks`` test tasks (``split``: dev for a run that chooses a
     setting) of each of the RL run's environments, with the run's prompt and token budget; per-task
-    records in ``out`` (``validate``'s JSONL)."""
+    records in ``out`` (``validate``'s JSONL). ``dtype``: the precision of the greedy decoding (bf16:
+    faster, slightly different; compare only checkpoints scored alike)."""
     from posttrain.configs import load_config
     from posttrain.configs.rl import RLConfig
     from posttrain.engines.hf import HFGenerator
@@ -63,9 +64,9 @@ def score_records(rl_dir: Path, model: str, out: Path, n_tasks: int, batch_size:
     from posttrain.train.validation import validate
 
     rl_cfg = load_config(RLConfig, rl_dir / "config.yaml", [])
-    scores = validate(HFGenerator.from_spec(model, batch_size=batch_size), build_envs(rl_cfg.envs), rl_cfg, out,
-                      split=split, n_tasks=n_tasks)
-    return {"model": model, "records": str(out), "n_tasks": n_tasks, "split": split,
+    gen = HFGenerator.from_spec(model, batch_size=batch_size, dtype=dtype, greedy_in_dtype=True)
+    scores = validate(gen, build_envs(rl_cfg.envs), rl_cfg, out, split=split, n_tasks=n_tasks)
+    return {"model": model, "records": str(out), "n_tasks": n_tasks, "split": split, "precision": gen.precision,
             "mean": {k.split("/", 1)[1]: v for k, v in scores.items() if k.startswith("val_reward/")}}
 
 

@@ -379,6 +379,7 @@ def report(run_dir: Path, before: dict[str, Any], after: dict[str, Any], sft: di
         lines += [""] + evidence.lines(tested)
     lines += [
         "",
+        f"  greedy measurements in {after.get('eval_precision', 'fp32')} (eval_precision: compare runs measured alike)",
         f"  {n} held-out problems; stages {stage_s / 60:.1f} min wall summed (this invocation {total_s / 60:.1f} min: "
         f"a resumed run reuses finished stages); report in {run_dir}/report.md",
     ]
@@ -549,7 +550,7 @@ def run_pipeline(cfg: PipelineConfig, run_dir: Path, command: str) -> int:
                                       lambda: measure(cfg, ctrl["checkpoint"], data, sampled=True))
         scored = {name: cached_stage(run_dir, f"{cfg.table_split}_{name}", lambda m=model, n=name: evidence.score_records(
             Path(rl["run_dir"]), m, run_dir / cfg.table_split / f"{n}.jsonl", cfg.rl_test_tasks, cfg.eval_batch_size,
-            cfg.table_split))
+            cfg.table_split, stages.eval_dtype(cfg)))
             for name, model in models.items()}
         tested = evidence.table(scored, Path(rl["run_dir"]))
     print(report(run_dir, before, after, sft, time.time() - t0, rl, after_rl, arm, None, ctrl, after_ctrl, tested))

@@ -108,6 +108,24 @@ def test_greedy_decoding_ignores_the_bf16_sampling_copy():
     assert x.logprobs != y.logprobs  # the copy's bf16 arithmetic shows in the sampled log-probs
 
 
+def test_greedy_in_dtype_decodes_greedily_on_the_bf16_copy():
+    """``greedy_in_dtype`` (``pipeline --quick``'s bf16 measurements): greedy rows come from the bf16
+    copy, so their log-probs are the copy's, not the fp32 module's; without it they are fp32's."""
+    import copy
+
+    loaded = load_model("tiny-llama", device="cpu")
+    policy = copy.deepcopy(loaded.model)
+    greedy = SamplingParams(max_new_tokens=6, temperature=0.0, seed=0)
+    fp32 = HFGenerator(policy, loaded.tokenizer, dtype="fp32")
+    both = HFGenerator(policy, loaded.tokenizer, dtype="bf16", greedy_in_dtype=True)
+    assert both.precision == "bf16" and next(both.greedy_net.parameters()).dtype == torch.bfloat16
+    a, b = (g.generate_ids([[5, 6, 7]], greedy)[0][0] for g in (fp32, both))
+    assert a.logprobs != b.logprobs
+    # the flag changes nothing for an fp32 engine: greedy on the live module
+    same = HFGenerator(policy, loaded.tokenizer, dtype="fp32", greedy_in_dtype=True)
+    assert same.greedy_net is same.live and same.generate_ids([[5, 6, 7]], greedy)[0][0].logprobs == a.logprobs
+
+
 def test_unknown_engine_names_the_known_ones(tiny):
     with pytest.raises(pydantic.ValidationError, match="'hf', 'vllm'"):
         make_engine("nope", tiny.model, tiny.tokenizer)

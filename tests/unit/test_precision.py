@@ -109,3 +109,17 @@ def test_bf16_training_on_cpu_uses_eager_attention_and_fp32_keeps_sdpa():
     assert attention_for(tiny, "bf16", "cpu", max_len=512) == "eager" and tiny.config._attn_implementation == "eager"
     hybrid = load_model("tiny-nemotronh", device="cpu").model
     assert attention_for(hybrid, "bf16", "cpu") is None
+
+
+def test_pipeline_eval_precision_auto_follows_the_probe_and_fp32_ignores_it(monkeypatch):
+    """``pipeline --quick`` measures in bf16 only where the probe says bf16 is faster; the default
+    measures in fp32 whatever the machine."""
+    from posttrain.configs.pipeline import QUICK, PipelineConfig
+    from posttrain.experiments.stages import eval_dtype
+
+    quick = PipelineConfig(**QUICK)
+    assert quick.eval_precision == "auto" and PipelineConfig().eval_precision == "fp32"
+    monkeypatch.setenv(P.PROBE_ENV, "fp32=110,bf16=220")
+    assert eval_dtype(quick) == "bf16" and eval_dtype(PipelineConfig()) == "fp32"
+    monkeypatch.setenv(P.PROBE_ENV, "fp32=110,bf16=1.1")  # an AVX2-only CPU: bf16 emulated
+    assert eval_dtype(quick) == "fp32"
