@@ -137,7 +137,8 @@ def rl_overrides(cfg: PipelineConfig, out_dir: Path, model: str, steps: int, env
         f"model={json.dumps(model)}", f"run_dir={json.dumps(str(out_dir))}", f"envs={json.dumps(envs)}",
         *curriculum, *batch, "optim.weight_decay=0", "optim.warmup_steps=0",
         "optim.decay_frac=0", f"train.steps={steps}", f"train.seed={cfg.seed}",
-        f"train.eval_every={steps}",  # validation at the start and at the end only
+        # validation at the start and at the end only; none for an RLVR stage with rl_val_tasks=0
+        f"train.eval_every={0 if rlvr_stage and not cfg.rl_val_tasks else steps}",
         f"train.save_every={max(2, steps // 2)}", "train.keep_last=1",
     ] + list(cfg.rl_overrides)
 
@@ -360,7 +361,9 @@ def report(run_dir: Path, before: dict[str, Any], after: dict[str, Any], sft: di
         lines.append(f"    {name:26s} accuracy {_gain(g['accuracy'])}   answer format {_gain(g['format'])}")
         if "sampled" in g:
             lines.append(f"    {'':26s} sampled  {_gain(g['sampled'])}")
-    if rl:
+    if rl and not rl["val_start"]:
+        lines += ["", "  RLVR's own validation: off (rl_val_tasks=0); the test table below measures it"]
+    elif rl:
         lines += ["", f"  RLVR held-out validation reward (greedy, {rl['val_tasks']} tasks per domain), "
                       f"step 0 → {rl['steps']}:"]
         gains_rl = rl.get("val_gains", {})
@@ -461,7 +464,7 @@ def _plot(run_dir: Path, cols: list[tuple[str, dict[str, Any]]], digits: list[st
     ax2.set_title("SFT loss")
     if tr or va:  # a run whose SFT stage lives in another run directory has no curve here
         ax2.legend()
-    if rl:
+    if rl and rl["val_start"]:
         _bars(axes[2], {"step 0 (SFT)": rl["val_start"], f"step {rl['steps']}": rl["val_end"]},
               f"RLVR validation reward ({rl['val_tasks']} tasks/domain)")
     fig.tight_layout()

@@ -136,23 +136,10 @@ def write(run_dir: Path, cfg: PipelineConfig, command: str, sections: dict[str, 
                   + "; the test table below compares it with more SFT for the same compute.", ""]
         if rl.get("profile"):
             L += [f"Tasks came from the pass-rate curriculum over {profile_phrase(rl['profile'])}.", ""]
-        L += [f"Its own held-out validation (greedy, {rl['val_tasks']} tasks per environment), step 0 → "
-              f"{rl['steps']}:", "", "| environment | step 0 | last step | gain ± paired se |", "|---|---|---|---|"]
-        paired = rl.get("val_gains", {})  # computed once by the RLVR stage (pipeline.run_rl_stage)
-        for dom, start in rl["val_start"].items():
-            g = paired.get("all" if dom == "mean" else dom)  # the mean's gain: every task pooled
-            L.append(f"| {dom} | {start:.3f} | {rl['val_end'].get(dom, float('nan')):.3f} | "
-                     + (f"{g['gain']:+.3f} ± {g['se']:.3f}{_star(g)} |" if g else "|"))
-        L += _subset_rows(paired)
-        if "all without flagged" in paired:
-            g = paired["all without flagged"]
-            L.append(f"| all without flagged ({g['n']} tasks) | {g['before']:.3f} | {g['after']:.3f} | "
-                     f"{g['gain']:+.3f} ± {g['se']:.3f}{_star(g)} |")
-        L += ["", "\\* beyond two paired standard errors. The mean's gain pools every validated task, a domain "
-              "marked † included. † the multiple-choice answers at the last step sit on one letter: the score is "
-              "a constant guess (chance on shuffled options); *all without flagged* shows the pool without it, "
-              "beside the pooled figure, never instead of it. This validation reads the dev split: the run "
-              "keeps its best checkpoint by it, so its figures are not the reported ones (the test table is)."]
+        if rl["val_start"]:
+            L += validation_rows(rl)
+        else:
+            L += ["It did not validate itself (`rl_val_tasks=0`): the test table below is its measure."]
         L += ["", f"![RL curves]({_rel(run_dir, rl['rewards_png'])})"]
     arm = rep.get("sft_arm")
     if rep.get("test") and rl:
@@ -334,3 +321,24 @@ def export_tensorboard(run_dir: Path, st: dict[str, dict[str, Any]], cols: list[
         w.add_scalar("heldout/mean_reply_tokens", c["mean_reply_tokens"], i)
     w.add_text("models", " → ".join(f"{i}: {name}" for i, (name, _) in enumerate(cols)))
     w.close()
+
+
+def validation_rows(rl: dict[str, Any]) -> list[str]:
+    """The RLVR run's own validation (dev split), step 0 → last, per environment, as markdown."""
+    L = [f"Its own held-out validation (greedy, {rl['val_tasks']} tasks per environment), step 0 → "
+         f"{rl['steps']}:", "", "| environment | step 0 | last step | gain ± paired se |", "|---|---|---|---|"]
+    paired = rl.get("val_gains", {})  # computed once by the RLVR stage (pipeline.run_rl_stage)
+    for dom, start in rl["val_start"].items():
+        g = paired.get("all" if dom == "mean" else dom)  # the mean's gain: every task pooled
+        L.append(f"| {dom} | {start:.3f} | {rl['val_end'].get(dom, float('nan')):.3f} | "
+                 + (f"{g['gain']:+.3f} ± {g['se']:.3f}{_star(g)} |" if g else "|"))
+    L += _subset_rows(paired)
+    if "all without flagged" in paired:
+        g = paired["all without flagged"]
+        L.append(f"| all without flagged ({g['n']} tasks) | {g['before']:.3f} | {g['after']:.3f} | "
+                 f"{g['gain']:+.3f} ± {g['se']:.3f}{_star(g)} |")
+    return L + ["", "\\* beyond two paired standard errors. The mean's gain pools every validated task, a domain "
+                "marked † included. † the multiple-choice answers at the last step sit on one letter: the score is "
+                "a constant guess (chance on shuffled options); *all without flagged* shows the pool without it, "
+                "beside the pooled figure, never instead of it. This validation reads the dev split: the run "
+                "keeps its best checkpoint by it, so its figures are not the reported ones (the test table is)."]
