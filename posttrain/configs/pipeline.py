@@ -203,7 +203,7 @@ QUICK = {"n_train": 400, "n_eval": 96, "n_val_rows": 24, "sft_steps": 16, "sft_b
          "sft_lr": 3e-4, "sft_freeze_layers": 15, "max_new_tokens": 80, "eval_batch_size": 96, "eval_precision": "auto", "rl_steps": 2, "rl_prompts_per_step": 4, "rl_group_size": 4,
          "rl_arith_train_tasks": 200, "rl_val_tasks": 0, "rl_test_tasks": 48, "test_base": False,
          "rl_headline": False,
-         "tokens_control_lr": 2e-5, "rl_mix_val_tasks": 8, "eval_samples": 0, "rl_lr": 1e-5,
+         "control_lr": 2e-4, "tokens_control_lr": 2e-5, "rl_mix_val_tasks": 8, "eval_samples": 0, "rl_lr": 1e-5,
          "specialist_steps": 2, "distill_steps": 2,
          "genrm_steps": 2, "rlhf_steps": 2, "run_dir": "runs/pipeline-quick"}
 """``posttrain pipeline --quick``: every default stage for a moment. SFT 16 x 16 at lr 3e-4 (two thirds of
@@ -213,7 +213,9 @@ stage took 112 s instead of 206 s for +27.1 +- 5.0 points instead of +24.0 +- 5.
 alone gave +12.5 +- 4.7) and the default's 80 new tokens: 20 x 8 at 3e-4 with 64 tokens taught the answer
 format but not the sums, 64 tokens cut the SFT model's carry traces before ``Answer:``, and 40 x 8
 left one seed at 2.2 standard errors. RLVR: 2 steps of 4 x 4 on the default mix at lr 1e-5, no validation
-of its own (``rl_val_tasks`` 0; the test table measures it), greedy accuracy only (``eval_samples`` 0: the sampled accuracy would add ~2 min): at the default's 2e-5, two Adam steps on 16 rollouts moved every weight by ~2e-5 in a noise
+of its own (``rl_val_tasks`` 0; the test table measures it); the same-time control at peak lr 2e-4, not the
+SFT stage's 3e-4, chosen on dev (bench/quick_control_dev.py, 3 seeds: 0.264 against 0.215 at 3e-4, below its
+start's 0.257, and 0.243 at 2e-5), greedy accuracy only (``eval_samples`` 0: the sampled accuracy would add ~2 min): at the default's 2e-5, two Adam steps on 16 rollouts moved every weight by ~2e-5 in a noise
 direction and cost 7.3 +- 3.4 points of held-out accuracy (seed 0, 1 thread). The 96 held-out
 problems decode in one batch (``eval_batch_size`` 96: fewer, wider decode steps than 3 x 32, the same
 answers on three seeds; bench/eval_batch.py). The measured gains of three seeds and the wall time on an idle machine are in docs/results/pipeline.md."""
