@@ -382,7 +382,7 @@ def report(run_dir: Path, before: dict[str, Any], after: dict[str, Any], sft: di
         lines += [""] + evidence.lines(tested)
     lines += [
         "",
-        f"  greedy measurements in {after.get('eval_precision', 'fp32')} (eval_precision: compare runs measured alike)",
+        f"  greedy decoding: held-out problems in fp32, test table in {(tested or {}).get('precision', 'fp32')} (eval_precision)",
         f"  {n} held-out problems; stages {stage_s / 60:.1f} min wall summed (this invocation {total_s / 60:.1f} min: "
         f"a resumed run reuses finished stages); report in {run_dir}/report.md",
     ]
@@ -556,6 +556,7 @@ def run_pipeline(cfg: PipelineConfig, run_dir: Path, command: str) -> int:
             cfg.table_split, stages.eval_dtype(cfg)))
             for name, model in models.items()}
         tested = evidence.table(scored, Path(rl["run_dir"]))
+        tested["precision"] = next(iter(scored.values())).get("precision", "fp32")  # every row decoded alike
     print(report(run_dir, before, after, sft, time.time() - t0, rl, after_rl, arm, None, ctrl, after_ctrl, tested))
     sections: dict[str, str] = {}
     if cfg.distill:
