@@ -216,7 +216,7 @@ def test_pipeline_without_rlvr_keeps_the_two_column_report(tmp_path, capsys):
     assert json.loads((tmp_path / "pipe" / "report.json").read_text())["rl"] is None
 
 
-def test_quick_style_run_skips_rl_validation_and_measures_in_bf16(tmp_path, capsys, monkeypatch):
+def test_quick_style_run_skips_rl_validation_and_decodes_the_test_table_in_bf16(tmp_path, capsys, monkeypatch):
     """``--quick``'s two switches: ``rl_val_tasks=0`` (the RLVR stage does not validate itself; the
     report says so and the test table still compares it) and ``eval_precision=auto``, which decodes
     the test table greedily in bf16 where the probe says bf16 is faster, and says so."""
@@ -235,7 +235,7 @@ def test_quick_style_run_skips_rl_validation_and_measures_in_bf16(tmp_path, caps
     assert rep["test"]["precision"] == "bf16"
     assert {s["precision"] for s in (json.loads((run_dir / "stages" / f"test_{m}.json").read_text())
                                      for m in ("sft", "rl", "sft_arm", "tokens_arm"))} == {"bf16"}
-    assert rep["test"]["comparisons"]["RL − SFT same time"]["all"]["n"] == TINY["rl_test_tasks"]
+    assert rep["test"]["comparisons"]["RL − SFT same time"]["arithmetic"]["n"] == TINY["rl_test_tasks"]
     assert "did not validate itself" in (run_dir / "report.md").read_text()
 
 
