@@ -151,9 +151,10 @@ class HFGenerator(TokenEngine):
         thread count; left alone, torch uses one thread per core. ``dtype="bf16"`` decodes from a
         bf16 copy of an fp32 model (``update_weights`` refreshes it); ``fp32`` samples from the live
         module itself. Greedy decoding is a measurement and runs on the live module unless
-        ``greedy_in_dtype``: then it runs on the ``dtype`` copy too (``pipeline --quick``: 1.8x faster
-        in bf16 on an AVX-512-bf16 core, and 19 of 96 greedy replies differ from fp32's, so only
-        checkpoints measured the same way may be compared)."""
+        ``greedy_in_dtype``: then it runs on the ``dtype`` copy too (``pipeline --quick``'s test table:
+        1.6x faster in bf16 on an AVX-512-bf16 core, and 25 of an SFT checkpoint's 96 greedy replies
+        differ from fp32's, bench/results/eval_precision.jsonl#L1; only checkpoints decoded alike
+        may be compared)."""
         import torch
 
         if batch_size < 1 or max_prefill_tokens < 1:
