@@ -604,11 +604,13 @@ def run_sft_arm(cfg: PipelineConfig, run_dir: Path, data: dict[str, Any], sft: d
 
 def arm_budget(sft: dict[str, Any], rl: dict[str, Any]) -> tuple[str, float, int]:
     """(clock, SFT seconds per step, arm steps) for the longer-SFT arm: the RL stage's time over the SFT
-    stage's pace, on CPU time when both stages recorded some. A stage faster than the clock's
+    stage's pace (over the steps its invocation ran: a resumed SFT stage timed only those), on CPU
+    time when both stages recorded some. A stage faster than the clock's
     resolution (a tiny model's two steps on a fast CPU record 0.0 s) counts as 1 ms a step rather
     than dividing by zero."""
     clock = "cpu_seconds" if sft.get("cpu_seconds") and rl.get("cpu_seconds") else "seconds"
-    pace = max(sft[clock] / sft["steps"], 1e-3)
+    # a stage resumed from a checkpoint timed only the steps it ran (its clock restarted with the process)
+    pace = max(sft[clock] / max(1, sft.get("steps_run", sft["steps"])), 1e-3)
     return clock, pace, max(1, round(rl[clock] / pace))
 
 

@@ -180,4 +180,5 @@ def run_sft(cfg: PipelineConfig, run_dir: Path, data: dict[str, Any], model: str
     ])
     res = train_sft(sft_cfg)
     return {"checkpoint": str(res.checkpoint), "run_dir": str(run_dir / name), "model": model or cfg.model,
-            "steps": res.steps, "tokens_trained": res.tokens_trained, "val_loss_before": res.val_loss_before, "val_loss_after": res.val_loss_after}
+            # steps_run: what this invocation ran (a resumed stage's clock holds only these)
+            "steps": res.steps, "steps_run": res.steps - res.start_step, "tokens_trained": res.tokens_trained, "val_loss_before": res.val_loss_before, "val_loss_after": res.val_loss_after}

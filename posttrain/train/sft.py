@@ -234,6 +234,8 @@ class SFTResult:
     val_loss_after: float
     tokens_trained: int
     seconds: float
+    start_step: int = 0
+    """The step this process started from (> 0 when it resumed): ``steps - start_step`` ran here."""
 
 
 def train_sft(cfg: SFTConfig, progress: bool = True, stop_after: int | None = None) -> SFTResult:
@@ -249,7 +251,7 @@ def train_sft(cfg: SFTConfig, progress: bool = True, stop_after: int | None = No
     loop.run(t, stage, make_loss("ce"), progress, stop_after)
     ckpt, before, after = finish(stage, cfg, stop_after)
     return SFTResult(Path(cfg.run_dir), ckpt, cfg.train.steps, before, after, stage.tokens_trained,
-                     time.time() - t_start)
+                     time.time() - t_start, t.start)
 
 
 def finish(stage: Any, cfg: Any, stop_after: int | None) -> tuple[Path, float, float]:

@@ -88,6 +88,7 @@ def test_overlong_prompt_rows_are_skipped_with_a_count_and_the_run_finishes_and_
     res = train_sft(cfg, progress=False)  # the resume redraws the same batches, over-long rows and all
     assert "resuming from" in capsys.readouterr().out
     assert res.checkpoint.name == "step_000004" and _finite(res.checkpoint)
+    assert (res.steps, res.start_step) == (4, 2)  # steps 3-4 ran here: the pipeline paces a resumed stage by them
     rows = read_metrics(tmp_path / "run")
     assert [r["step"] for r in rows if "loss" in r] == [1, 2, 3, 4]
     assert all(math.isfinite(r["loss"]) for r in rows if "loss" in r)

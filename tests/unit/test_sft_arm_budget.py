@@ -20,3 +20,12 @@ def test_a_stage_faster_than_the_clock_does_not_divide_by_zero():
     clock, pace, steps = arm_budget({"steps": 2, "seconds": 0.0, "cpu_seconds": 0.0}, {"seconds": 0.5, "cpu_seconds": 0.0})
     assert (clock, pace, steps) == ("seconds", 1e-3, 500)
     assert arm_budget({"steps": 2, "seconds": 0.0, "cpu_seconds": 0.0}, {"seconds": 0.0, "cpu_seconds": 0.0})[2] == 1
+
+
+def test_a_resumed_sft_stage_paces_by_the_steps_it_ran():
+    """Killed at step 30 of 40 and resumed: the cached stage timed 10 steps, not 40. Dividing by 40
+    would make each step look 4x cheaper and hand the same-time control 4x the steps."""
+    sft = {"steps": 40, "steps_run": 10, "seconds": 100.0, "cpu_seconds": 100.0}
+    assert arm_budget(sft, {"seconds": 200.0, "cpu_seconds": 200.0}) == ("cpu_seconds", 10.0, 20)
+    # resumed after its last step: nothing ran, and the pace is not a division by zero
+    assert arm_budget({**sft, "steps_run": 0, "cpu_seconds": 3.0}, {"seconds": 6.0, "cpu_seconds": 6.0})[2] == 2
