@@ -13,7 +13,6 @@ Appends a row to bench/results/eval_precision.jsonl; ends with ``RESULT eval_pre
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import shutil
 import sys
@@ -27,6 +26,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from results_row import append_row, machine, provenance  # noqa: E402
 
 from posttrain.configs.pipeline import QUICK, PipelineConfig  # noqa: E402
+from posttrain.eval.compare import mean_and_se  # noqa: E402
 
 
 def main() -> None:
@@ -60,9 +60,8 @@ def main() -> None:
                 secs[dt].append(time.perf_counter() - t)
                 texts[dt] = [y[0].text for y in c]
                 rewards[dt] = [env.verify(x, [{"role": "assistant", "content": y[0].text}]).reward for x, y in zip(tasks, c)]
-        mean = {k: sum(v) / len(v) for k, v in secs.items()}
-        se = {k: (math.sqrt(sum((x - mean[k]) ** 2 for x in v) / (len(v) - 1) / len(v)) if len(v) > 1 else float("nan"))
-              for k, v in secs.items()}
+        mean = {k: mean_and_se(v)[0] for k, v in secs.items()}
+        se = {k: mean_and_se(v)[1] for k, v in secs.items()}
         out[name] = {"seconds": secs, "mean_s": mean, "se_s": se, "speedup": mean["fp32"] / mean["bf16"],
                      "replies_differ": sum(a != b for a, b in zip(texts["fp32"], texts["bf16"])),
                      "rewards_differ": sum(a != b for a, b in zip(rewards["fp32"], rewards["bf16"])),

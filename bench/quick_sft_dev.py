@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from results_row import append_row, provenance  # noqa: E402
 
 from posttrain.configs.pipeline import QUICK, PipelineConfig  # noqa: E402
+from posttrain.eval.compare import mean_and_se  # noqa: E402
 from posttrain.experiments.stages import eval_dtype, make_data, run_sft  # noqa: E402
 
 CANDIDATES = [(24, 2e-4), (18, 2e-4), (16, 3e-4)]
@@ -49,12 +50,6 @@ def dev_correct(cfg: PipelineConfig, model: str) -> list[float]:
     return [env.verify(t, [{"role": "assistant", "content": c[0].text}]).reward for t, c in zip(tasks, comps)]
 
 
-def paired(a: list[float], b: list[float]) -> tuple[float, float]:
-    d = [y - x for x, y in zip(a, b)]
-    m = sum(d) / len(d)
-    return m, math.sqrt(sum((x - m) ** 2 for x in d) / (len(d) - 1) / len(d))
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -72,7 +67,7 @@ def main() -> None:
             t = time.time()
             out = run_sft(cfg, work, data, steps=steps, lr=lr, name=f"sft-{name}")
             seconds.setdefault(name, []).append(round(time.time() - t, 1))
-            g = paired(base, dev_correct(cfg, out["checkpoint"]))
+            g = mean_and_se([y - x for x, y in zip(base, dev_correct(cfg, out["checkpoint"]))])  # paired per problem
             gains.setdefault(name, []).append(g)
             print(f"[bench] seed {seed} {name}: dev gain {g[0] * 100:+.1f} ± {g[1] * 100:.1f} points, "
                   f"SFT {seconds[name][-1]:.0f} s", flush=True)
