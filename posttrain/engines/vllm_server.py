@@ -166,7 +166,9 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child, between
 
 _STOPPED_CPU_S = [0.0]
 """CPU seconds of the servers this process has stopped, read from their process groups just before."""
-_LIVE_GROUPS: set[int] = set()
+_LIVE_GROUPS: dict[int, float] = {}
+"""Running servers' process groups and the most CPU seconds read from each: a group whose processes
+died outside ``close()`` (a crash, a kill) reads 0 from /proc, and its last reading must not vanish."""
 
 
 def group_cpu_seconds(pgid: int) -> float:
@@ -193,14 +195,15 @@ def server_cpu_seconds() -> float:
     """CPU seconds every ``vllm serve`` this process started has spent so far, stopped or running: a
     stage that samples through one counts the server's CPU as its own (the pipeline's same-time
     control is given the RL stage's CPU time, experiments/stages.py: cpu_seconds)."""
-    return _STOPPED_CPU_S[0] + sum(group_cpu_seconds(g) for g in list(_LIVE_GROUPS))
+    for g in list(_LIVE_GROUPS):
+        _LIVE_GROUPS[g] = max(_LIVE_GROUPS[g], group_cpu_seconds(g))
+    return _STOPPED_CPU_S[0] + sum(_LIVE_GROUPS.values())
 
 
 def _stop(proc: subprocess.Popen, dirs: Sequence[str], log: Any) -> None:
     """Stop the server's process group and delete its directories (idempotent)."""
     if proc.pid in _LIVE_GROUPS:
-        _STOPPED_CPU_S[0] += group_cpu_seconds(proc.pid)
-        _LIVE_GROUPS.discard(proc.pid)
+        _STOPPED_CPU_S[0] += max(_LIVE_GROUPS.pop(proc.pid), group_cpu_seconds(proc.pid))
     if proc.poll() is None:
         try:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -275,7 +278,7 @@ class VLLMServerGenerator(TokenEngine):
         log = open(self.log_path, "w")
         self._proc = subprocess.Popen(self.command, env=env, stdout=log, stderr=subprocess.STDOUT,
                                       start_new_session=True, preexec_fn=_die_with_parent if sys.platform == "linux" else None)
-        _LIVE_GROUPS.add(self._proc.pid)  # start_new_session: the server's pid is its process group
+        _LIVE_GROUPS[self._proc.pid] = 0.0  # start_new_session: the server's pid is its process group
         self._cleanup = weakref.finalize(self, _stop, self._proc, [self._weights_dir, self._dir], log)
         self._client = httpx.Client(timeout=httpx.Timeout(request_timeout_s, connect=10.0),
                                     limits=httpx.Limits(max_connections=min(batch_size, 256) + 4))
