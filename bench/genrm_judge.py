@@ -66,6 +66,8 @@ def main() -> int:
     for spec in args.judge:
         name, _, path = spec.partition("=")
         meta, rows = replies(Path(path))
+        if meta.get("split", "test") != "test":
+            raise SystemExit(f"{path}: judged the {meta['split']} pairs; this bench reports test judgements only")
         if {r["pair_id"] for r in rows} != {p.id for p in pairs}:
             raise SystemExit(f"{path}: its judgements are not of {args.config}'s test pairs")
         fig = agreement_from_rows(rows)

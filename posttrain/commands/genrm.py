@@ -21,6 +21,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "pairs only) instead of training; then `posttrain sft data.train=OUT.jsonl` and start GRPO from it")
     p.add_argument("--verdicts", choices=("random", "truth"), default="random", help="with --warmstart: random "
                    "verdicts teach the format only (no preference, no position information); truth = supervised")
+    p.add_argument("--reasoning", choices=("restate", "cue"), default="restate", help="with --warmstart --verdicts "
+                   "truth: the reasoning line before the verdict: restate both answers, or name the visible defect "
+                   "and the response that has it")
+    p.add_argument("--split", choices=("dev", "test"), default="test", help="with --eval: the held-out pairs to judge "
+                   "(dev to choose a checkpoint or a setting, test to report; never choose on test)")
     p.add_argument("--out", help="with --eval: write the figures (JSON) here and the per-task replies beside it")
     p.add_argument("--eval-temperature", type=float, default=0.0, help="with --eval: sample the judge at this "
                    "temperature (0: greedy), as an RLHF run with judge.temperature does")
@@ -53,11 +58,16 @@ def warmstart(args: argparse.Namespace, cfg: object) -> int:
     from posttrain.envs.genrm.env import warmstart_conversations
 
     spec = cfg.envs[0]  # type: ignore[attr-defined]
-    rows = warmstart_conversations(build_envs([spec])["genrm"], args.verdicts, spec.train_tasks or None)
+    try:
+        rows = warmstart_conversations(build_envs([spec])["genrm"], args.verdicts, spec.train_tasks or None,
+                                       reasoning=args.reasoning)
+    except ValueError as e:
+        raise UserError(str(e)) from None
     out = Path(args.warmstart)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    print(f"[genrm] {len(rows)} warm-start rows ({args.verdicts} verdicts, train pairs only): {out}")
+    print(f"[genrm] {len(rows)} warm-start rows ({args.verdicts} verdicts, {args.reasoning} reasoning, train pairs "
+          f"only): {out}")
     return 0
 
 
@@ -75,14 +85,14 @@ def evaluate(args: argparse.Namespace, cfg: object) -> int:
                         "samples >= 1, temperature >= 0, and a temperature > 0 for several samples")
     gen = make_generator(None, args.eval) if args.eval.startswith(("http://", "https://")) else make_generator(args.eval)
     out = Path(args.out) if args.out else None
-    figures = genrm_agreement(gen, build_envs([spec])["genrm"], "test", spec.val_tasks or None,
+    figures = genrm_agreement(gen, build_envs([spec])["genrm"], args.split, spec.val_tasks or None,
                               cfg.rollout.max_new_tokens, cfg.rollout.reasoning,  # type: ignore[attr-defined]
                               out.with_suffix(".replies.jsonl") if out else None,
                               args.eval_temperature, args.eval_samples, cfg.train.seed)  # type: ignore[attr-defined]
     for k, v in figures.items():
         print(f"[genrm] {k:32s} {v:.3f}")
     if out:
-        out.write_text(json.dumps({"model": args.eval, "temperature": args.eval_temperature,
+        out.write_text(json.dumps({"model": args.eval, "split": args.split, "temperature": args.eval_temperature,
                                    "samples": args.eval_samples, **figures}, indent=2))
     return 0
 

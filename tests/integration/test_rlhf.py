@@ -18,6 +18,7 @@ from posttrain.configs import load_config
 from posttrain.configs.dpo import DPOConfig
 from posttrain.configs.rlhf import RLHFConfig
 from posttrain.engines.base import Completion
+from posttrain.errors import UserError
 from tests.integration.scale_env import EvenLengthEnv  # noqa: F401  (registers test_even_length)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -77,8 +78,8 @@ def test_genrm_run_on_preference_pairs(tmp_path, capsys):
     pairs.write_text("".join(json.dumps({"prompt": f"Say something about {i}.", "chosen": f"{i} is a number.",
                                          "rejected": ""}) + "\n" for i in range(40)))  # enough for 2 test pairs
     run_dir = tmp_path / "genrm"
-    args = argparse.Namespace(config=None, no_progress=True, mine=None, eval=None, warmstart=None,
-                              eval_temperature=0.0, eval_samples=1, overrides=[
+    args = argparse.Namespace(config=None, no_progress=True, mine=None, eval=None, warmstart=None, split="test",
+                              reasoning="restate", eval_temperature=0.0, eval_samples=1, overrides=[
         f"{k}={v}" for k, v in {
             "model": "tiny-llama", "run_dir": run_dir, "train.steps": 2, "train.eval_every": 2, "train.save_every": 2,
             "rollout.prompts_per_step": 2, "rollout.group_size": 2, "rollout.max_new_tokens": 8,
@@ -96,7 +97,14 @@ def test_genrm_run_on_preference_pairs(tmp_path, capsys):
     assert genrm_command.run(args) == 0
     figures = json.loads((tmp_path / "agreement.json").read_text())
     assert figures["n"] == 4 and 0 <= figures["format_error_rate"] <= 1 and "swapped/rank_side_acc" in figures
-    assert (tmp_path / "agreement.replies.jsonl").exists()
+    test_pairs = {json.loads(x)["pair_id"] for x in (tmp_path / "agreement.replies.jsonl").read_text().splitlines()}
+    # --split dev: the pairs to choose a checkpoint on, none of them a test pair, and the file says which
+    args.split = "dev"
+    assert genrm_command.run(args) == 0
+    assert json.loads((tmp_path / "agreement.json").read_text())["split"] == "dev"
+    dev_pairs = {json.loads(x)["pair_id"] for x in (tmp_path / "agreement.replies.jsonl").read_text().splitlines()}
+    assert dev_pairs and not dev_pairs & test_pairs
+    args.split = "test"
     # sampled, as an RLHF run with judge.temperature uses it: every reply of every task is scored
     args.eval_temperature, args.eval_samples = 1.0, 2
     assert genrm_command.run(args) == 0
@@ -110,6 +118,9 @@ def test_genrm_run_on_preference_pairs(tmp_path, capsys):
     assert genrm_command.run(args) == 0
     rows = [json.loads(x) for x in (tmp_path / "warm.jsonl").read_text().splitlines()]
     assert len(rows) == 8 and all(parse_judgement(r["messages"][-1]["content"]).rank in range(1, 7) for r in rows)
+    args.reasoning = "cue"  # a cue names the worse reply: random verdicts would contradict it
+    with pytest.raises(UserError, match="needs verdicts='truth'"):
+        genrm_command.run(args)
 
 
 def test_dpo_run_resumes_with_the_cached_reference(tmp_path, monkeypatch):

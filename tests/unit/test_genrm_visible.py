@@ -140,3 +140,35 @@ def test_a_judge_behind_an_endpoint_is_scored_by_the_same_code():
     assert figures["by/visible/constraint/rank_side_acc"] == pytest.approx(short["constraint/longer_wins"] + ties / 2)
     assert figures["order_consistency"] == pytest.approx(1 - ties * 6 / len(pairs)) and 0.4 < figures["prefers_first"] < 0.6
     assert response_text(pairs[0].response_1)  # the responses the server read were the rendered ones
+
+
+def test_cue_reasoning_names_the_defect_then_the_worse_side():
+    from posttrain.envs.genrm.visible_pairs import cue_reasoning
+
+    p = BUILDERS["truncated"]("train", 4, 0)[0]
+    assert cue_reasoning(p, False) == "One reply stops mid-sentence: response 2. Response 1 does what was asked."
+    assert cue_reasoning(p, True) == "One reply stops mid-sentence: response 1. Response 2 does what was asked."
+    c = BUILDERS["constraint"]("train", 8, 0)
+    for q in c:  # the verifier's own reason, without its "failed: name (...)" wrapping
+        why = q.metadata["failed"].split("(", 1)[1].rsplit(")", 1)[0]
+        assert cue_reasoning(q, False).startswith(f"One reply breaks a rule the user stated ({why}): response 2.")
+    unkind = type(p)(p.id, p.messages, p.response_1, p.response_2, p.truth, "mined", {})
+    assert cue_reasoning(unkind, False) is None
+
+
+def test_cue_warmstart_rows_agree_with_their_verdict_and_need_true_verdicts():
+    from posttrain.envs.genrm.env import warmstart_conversations
+    from posttrain.envs.genrm.format import parse_judgement
+
+    env = GenRMEnv(visible_pairs=3, visible_val_pairs=2, math_pairs=0)
+    rows = warmstart_conversations(env, "truth", reasoning="cue")
+    assert len(rows) == len(env.tasks("train")) >= 20
+    for row in rows:
+        reply = row["messages"][-1]["content"]
+        worse = int(re.search(r": response (\d)\. Response (\d) does what was asked\.", reply).group(1))
+        j = parse_judgement(reply)
+        assert (j.rank >= 4) == (worse == 1), reply  # the side the rationale names is the side the verdict ranks lower
+    with pytest.raises(ValueError, match="needs verdicts='truth'"):
+        warmstart_conversations(env, "random", reasoning="cue")
+    with pytest.raises(ValueError, match="restate' or 'cue'"):
+        warmstart_conversations(env, "truth", reasoning="why")

@@ -34,7 +34,7 @@ from posttrain.envs.base import ENVIRONMENTS, Environment, Message, Split, Task,
 from posttrain.envs.genrm.format import (ParseFailure, build_genrm_prompt, format_judgement, parse_judgement,
                                          response_text, split_prompt)
 from posttrain.envs.genrm.pairs import PreferencePair, math_rule_pairs, read_pairs
-from posttrain.envs.genrm.visible_pairs import KINDS, visible_pairs
+from posttrain.envs.genrm.visible_pairs import KINDS, cue_reasoning, visible_pairs
 
 
 def pair_task(pair: PreferencePair, swapped: bool) -> Task:
@@ -121,7 +121,7 @@ class GenRMEnv(Environment):
 
 
 def warmstart_conversations(env: GenRMEnv, verdicts: Literal["random", "truth"] = "random", n: int | None = None,
-                            seed: int = 0) -> list[dict[str, Any]]:
+                            seed: int = 0, reasoning: Literal["restate", "cue"] = "restate") -> list[dict[str, Any]]:
     """SFT rows that teach the judge the *format* before GRPO (``posttrain genrm --warmstart``).
 
     Why: a small model never writes the three verdict lines unprompted (the embedded 135M model:
@@ -132,21 +132,33 @@ def warmstart_conversations(env: GenRMEnv, verdicts: Literal["random", "truth"] 
     scores imply, 3 or 4 on ties), so the rows carry no preference and no position information:
     what the judge then gets right is GRPO's doing. ``"truth"`` writes the ground truth instead
     (plain supervised GenRM training, for comparison). Train split only: held-out pairs never
-    appear."""
+    appear.
+
+    ``reasoning``: ``"restate"`` (above) or ``"cue"``, with ``"truth"`` only: the visible pair's
+    defect and the response that has it (``visible_pairs.cue_reasoning``: "One reply stops
+    mid-sentence: response 2. Response 1 does what was asked."), so the judge learns to say what is
+    wrong before its verdict; a pair with no visible kind keeps the restatement."""
+    if reasoning not in ("restate", "cue"):
+        raise ValueError(f"genrm warm start: reasoning must be 'restate' or 'cue', got {reasoning!r}")
+    if reasoning == "cue" and verdicts != "truth":
+        raise ValueError("genrm warm start: reasoning='cue' names the worse response, so it needs verdicts='truth' "
+                         "(random verdicts would contradict it)")
     rng = random.Random(seed)
     rows = []
     tasks = [(pair_task(p, swapped), p, swapped) for p in env.pairs("train") for swapped in (False, True)]
     for task, pair, swapped in tasks[:n]:
         r1, r2 = (pair.response_2, pair.response_1) if swapped else (pair.response_1, pair.response_2)
         short = [response_text(r)[:80].replace("\n", " ") for r in (r1, r2)]
-        reasoning = f"Response 1 says: {short[0]} Response 2 says: {short[1]}"
+        why = f"Response 1 says: {short[0]} Response 2 says: {short[1]}"
+        if reasoning == "cue":
+            why = cue_reasoning(pair, swapped) or why
         if verdicts == "truth":
             gt = task.ground_truth
             j = Judgement(gt["h1"], gt["h2"], gt["rank"])
         else:
             h1, h2 = rng.randint(1, 5), rng.randint(1, 5)  # the ground-truth rule's ranking; a tie: 3 or 4
             j = Judgement(h1, h2, rank_from_scores(h1, h2) or rng.choice((3, 4)))
-        rows.append({"messages": [*task.messages, {"role": "assistant", "content": format_judgement(j, reasoning)}],
+        rows.append({"messages": [*task.messages, {"role": "assistant", "content": format_judgement(j, why)}],
                      "id": task.id})
     return rows
 

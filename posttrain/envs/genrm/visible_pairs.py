@@ -213,6 +213,30 @@ def visible_pairs(split: Split, n_per_kind: int, kinds: Sequence[str] = KINDS, s
     return [p for k in kinds for p in BUILDERS[k](split, n_per_kind, seed)]
 
 
+CUES: dict[str, str] = {  # the defect of the worse reply, as a reader of the page would name it
+    "constraint": "One reply breaks a rule the user stated ({why})",
+    "truncated": "One reply stops mid-sentence",
+    "off_topic": "One reply is about another request",
+    "tool_unfit": "One reply calls a tool where none is needed",
+    "malformed": "One reply's answer line is malformed",
+}
+
+
+def cue_reasoning(pair: PreferencePair, swapped: bool) -> str | None:
+    """A one-line rationale naming the visible defect first and then the response that has it, or
+    None for a pair that is not a visible pair (no ``kind``). Why the defect comes first: the judge
+    then classifies what is wrong before it names a side, and the verdict lines follow from the
+    side it named. The constraint cue quotes the verifier's own reason (``failed: word_count (30
+    words, needs at least 50 words)`` → ``30 words, needs at least 50 words``)."""
+    kind = pair.metadata.get("kind")
+    if kind not in CUES:
+        return None
+    failed = str(pair.metadata.get("failed", ""))
+    why = failed[failed.find("(") + 1: failed.rfind(")")] if "(" in failed and failed.endswith(")") else failed
+    bad, good = (1, 2) if swapped else (2, 1)  # as built, response 1 is the better reply
+    return f"{CUES[kind].format(why=why.strip() or 'a stated rule')}: response {bad}. Response {good} does what was asked."
+
+
 def shortcut_accuracy(pairs: Sequence[PreferencePair]) -> dict[str, float]:
     """Ranking-side accuracy of the "longer reply wins" and "shorter reply wins" judges, overall and
     per kind (a tie counts as wrong). Response 1 is the better reply in every pair as built."""
