@@ -129,6 +129,7 @@ REPORTING_ONLY = {
     "bench/prune.py": "the pruned variants' recovery on test, reported; the searched architecture is chosen by "
                       "prune-search on held-out rows of the distillation data, never on test",
     "bench/eval_precision.py": "counts how many greedy answers bf16 moves on the headline problems; chooses nothing",
+    "bench/genrm_supervised.sh": "judges each arm's checkpoint on test once, after the dev rule chose it",
     "bench/synth_sft.py": "the two SFT arms' instruction scores on test, reported with a design fixed beforehand; "
                           "reads the test prompts only to refuse a train row that is one of them",
 }
