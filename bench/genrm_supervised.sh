@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Issue 35 (item 2): two supervised judges on the visible pairs, chosen on dev, reported on test.
 #   bash bench/genrm_supervised.sh        # re-running skips what is finished
-# Arms (the same 1,878 train judgements of recipes/genrm_visible_large.yaml, the same SFT: 80 steps of 16
-# conversations, lr 1e-4, checkpoints at 40 and 80), differing only in the reasoning line before the verdict:
+#   ARMS=cue bash bench/genrm_supervised.sh   # one arm (two at once on 2 cores: one thread each)
+# Arms (the same 1,878 train judgements of recipes/genrm_visible_large.yaml, the same SFT: 40 steps of 16
+# conversations, lr 1e-4, checkpoints at 20 and 40), differing only in the reasoning line before the verdict:
 #   restate  "Response 1 says: … Response 2 says: …" (the first 80 characters of each; the earlier judge's rows)
 #   cue      "One reply stops mid-sentence: response 2. Response 1 does what was asked." (the defect, then the side)
 # Rule, written before any figure: each arm's checkpoint is the one with the higher ranking-side accuracy on
@@ -13,20 +14,20 @@ cd "$(dirname "$0")/.."
 C=recipes/genrm_visible_large.yaml
 W=${GENRM_DIR:-runs/genrm_supervised}
 mkdir -p "$W"
-for arm in restate cue; do
+for arm in ${ARMS:-restate cue}; do
   [ -s "$W/warm_$arm.jsonl" ] || posttrain genrm --config $C --warmstart "$W/warm_$arm.jsonl" --verdicts truth --reasoning $arm
-  [ -d "$W/sft_$arm/checkpoints/step_000080" ] || posttrain sft --config recipes/sft.yaml \
+  [ -d "$W/sft_$arm/checkpoints/step_000040" ] || posttrain sft --config recipes/sft.yaml \
       "data.train=[{path: $W/warm_$arm.jsonl, weight: 1.0}]" data.max_seq_len=1024 run_dir="$W/sft_$arm" \
-      train.steps=80 train.batch_size=16 train.save_every=40 train.eval_every=40 train.keep_last=2 \
+      train.steps=40 train.batch_size=16 train.save_every=20 train.eval_every=20 train.keep_last=2 \
       optim.warmup_steps=4 --no-progress > "$W/sft_$arm.log" 2>&1
-  for step in 40 80; do
+  for step in 20 40; do
     [ -s "$W/dev_${arm}_$step.json" ] || posttrain genrm --config $C --split dev \
         --eval "$W/sft_$arm/checkpoints/step_0000$step" --out "$W/dev_${arm}_$step.json"
   done
   best=$(python - "$W" "$arm" <<'PY'
 import json, sys
 w, arm = sys.argv[1:]
-acc = {s: json.load(open(f"{w}/dev_{arm}_{s}.json"))["rank_side_acc"] for s in (40, 80)}
+acc = {s: json.load(open(f"{w}/dev_{arm}_{s}.json"))["rank_side_acc"] for s in (20, 40)}
 print(max(acc, key=lambda s: (acc[s], -s)))  # higher dev side accuracy; a tie goes to the earlier step
 PY
 )
@@ -34,4 +35,5 @@ PY
   [ -s "$W/test_$arm.json" ] || posttrain genrm --config $C --split test \
       --eval "$W/sft_$arm/checkpoints/step_0000$best" --out "$W/test_$arm.json"
 done
+[ -s "$W/test_restate.json" ] && [ -s "$W/test_cue.json" ] || { echo "the other arm is not finished yet"; exit 0; }
 python bench/genrm_judge.py --config $C --judge restate="$W/test_restate.json" --judge cue="$W/test_cue.json"
