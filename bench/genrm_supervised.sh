@@ -35,5 +35,34 @@ PY
   [ -s "$W/test_$arm.json" ] || posttrain genrm --config $C --split test \
       --eval "$W/sft_$arm/checkpoints/step_0000$best" --out "$W/test_$arm.json"
 done
+# Added after the dev figures of steps 20 and 40, before any test figure of restate (docs/results/genrm.md):
+# the dev winner trained 40 more steps from its step 40 (data order seed 1), checkpoints at 60 and 80; its
+# judge is the checkpoint among 40, 60 and 80 with the highest dev side accuracy (a tie: the earliest).
+M="$W/sft_restate_more"
+if [ -s "$W/test_restate.json" ] && [ -z "${ARMS:-}" ]; then
+  [ -d "$M/checkpoints/step_000040" ] || posttrain sft --config recipes/sft.yaml \
+      "data.train=[{path: $W/warm_restate.jsonl, weight: 1.0}]" data.max_seq_len=1024 run_dir="$M" \
+      model="$W/sft_restate/checkpoints/step_000040" train.seed=1 train.steps=40 train.batch_size=16 \
+      train.save_every=20 train.eval_every=20 train.keep_last=2 optim.warmup_steps=0 --no-progress > "$M.log" 2>&1
+  for step in 20 40; do  # steps 60 and 80 of the arm
+    [ -s "$W/dev_restate_$((step + 40)).json" ] || posttrain genrm --config $C --split dev \
+        --eval "$M/checkpoints/step_0000$step" --out "$W/dev_restate_$((step + 40)).json"
+  done
+  best=$(python - "$W" <<'PY'
+import json, sys
+acc = {s: json.load(open(f"{sys.argv[1]}/dev_restate_{s}.json"))["rank_side_acc"] for s in (40, 60, 80)}
+print(max(acc, key=lambda s: (acc[s], -s)))
+PY
+)
+  echo "restate: step $best of 40/60/80 chosen on dev"
+  if [ "$best" != 40 ]; then
+    [ -s "$W/test_restate_$best.json" ] || posttrain genrm --config $C --split test \
+        --eval "$M/checkpoints/step_0000$((best - 40))" --out "$W/test_restate_$best.json"
+    [ -s "$W/test_restate_40.json" ] || { cp "$W/test_restate.json" "$W/test_restate_40.json"
+                                          cp "$W/test_restate.replies.jsonl" "$W/test_restate_40.replies.jsonl"; }
+    cp "$W/test_restate_$best.json" "$W/test_restate.json"
+    cp "$W/test_restate_$best.replies.jsonl" "$W/test_restate.replies.jsonl"
+  fi
+fi
 [ -s "$W/test_restate.json" ] && [ -s "$W/test_cue.json" ] || { echo "the other arm is not finished yet"; exit 0; }
 python bench/genrm_judge.py --config $C --judge restate="$W/test_restate.json" --judge cue="$W/test_cue.json"
