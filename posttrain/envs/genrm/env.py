@@ -137,7 +137,9 @@ def warmstart_conversations(env: GenRMEnv, verdicts: Literal["random", "truth"] 
     ``reasoning``: ``"restate"`` (above) or ``"cue"``, with ``"truth"`` only: the visible pair's
     defect and the response that has it (``visible_pairs.cue_reasoning``: "One reply stops
     mid-sentence: response 2. Response 1 does what was asked."), so the judge learns to say what is
-    wrong before its verdict; a pair with no visible kind keeps the restatement."""
+    wrong before its verdict; a pair with no visible kind keeps the restatement. Measured on the
+    visible pairs: a *worse* judge than ``restate``, 63.3% against 73.0% ranking side right at equal
+    steps (docs/results/genrm.md); the restatement stays the default."""
     if reasoning not in ("restate", "cue"):
         raise ValueError(f"genrm warm start: reasoning must be 'restate' or 'cue', got {reasoning!r}")
     if reasoning == "cue" and verdicts != "truth":
