@@ -36,11 +36,18 @@ class JudgeConfig(StrictModel):
     """All the step's comparisons in one generate call (False: one call per comparison; benchmarks)."""
     batch_size: int = Field(32, ge=1)
     """Rows a local judge decodes together."""
+    verdict: Literal["text", "expected"] = "text"
+    """``text``: the numbers the judge wrote. ``expected``: their means under the judge's own token
+    distribution at each number (``envs/genrm/judge.py``, 4.; a local judge only): a judge whose
+    written verdict is always the same still gives a ring a spread."""
 
     @model_validator(mode="after")
     def _one_source(self) -> "JudgeConfig":
         if self.model is not None and self.url is not None:
             raise ValueError("judge: give model (local weights) or url (a server), not both")
+        if self.verdict == "expected" and self.url is not None:
+            raise ValueError("judge.verdict 'expected' reads the judge's token distribution: it needs judge.model "
+                             "(local weights), not judge.url")
         return self
 
 

@@ -30,7 +30,7 @@ def make_genrm_reward(cfg: RLHFConfig, judge_generator: Any = None) -> Any:
     j = cfg.judge
     gen = judge_generator if judge_generator is not None else make_generator(j.model, j.url, j.batch_size)
     judge = GenRMJudge(gen, j.max_new_tokens, j.retries, j.retry_temperature, j.reasoning, j.batched,
-                       seed=cfg.train.seed, temperature=j.temperature)
+                       seed=cfg.train.seed, temperature=j.temperature, verdict=j.verdict)
     return lambda t: GenRMReward(judge, t.tokenizer, cfg.length_control)
 
 

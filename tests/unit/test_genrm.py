@@ -5,8 +5,10 @@ environment (both orders, disjoint splits) and the reward scorer on a fake judge
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
+import torch
 
 from posttrain.algos.genrm import (Judgement, genrm_reward, genrm_reward_unit, rank_from_scores, ring_base_rewards,
                                    ring_pairs, score_from_reward, swap_truth, tie_break)
@@ -309,6 +311,11 @@ def test_recipes_load_and_configs_check_their_sections():
         load_config(GenRMConfig, None, ["envs=[{name: math}]"])
     with pytest.raises(ConfigError, match="not both"):
         load_config(RLHFConfig, None, ["judge.model=x", "judge.url=http://h/v1"])
+    assert load_config(RLHFConfig, root / "rlhf_judge_evidence.yaml").judge.verdict in ("text", "expected")
+    with pytest.raises(ConfigError, match="needs judge.model"):
+        load_config(RLHFConfig, None, ["judge.verdict=expected", "judge.url=http://h/v1"])
+    with pytest.raises(ConfigError, match="verdict"):
+        load_config(RLHFConfig, None, ["judge.verdict=probability"])
     with pytest.raises(ConfigError, match="loss.variant"):
         load_config(DPOConfig, None, ["loss.variant=hinge"])
 
@@ -390,3 +397,78 @@ def test_warmstart_rows_teach_the_format_only_and_never_show_held_out_pairs(tmp_
     for row, task in zip(truth, env.tasks("train")):
         j = parse_judgement(row["messages"][-1]["content"])
         assert (j.h1, j.h2, j.rank) == (task.ground_truth["h1"], task.ground_truth["h2"], task.ground_truth["rank"])
+
+
+# --------------------------------------------------------------------------- expected verdicts
+
+
+@pytest.fixture(scope="module")
+def tiny_judge_model():
+    from posttrain.models.loading import load_model
+
+    loaded = load_model("tiny-llama", device="cpu")
+    return loaded.model, loaded.tokenizer
+
+
+def test_expected_value_by_hand():
+    from posttrain.envs.genrm.judge import expected_value
+
+    assert expected_value([0.0, 0.0], [1, 5]) == pytest.approx(3.0)
+    # softmax([ln 3, 0]) = [0.75, 0.25]: 0.75 * 1 + 0.25 * 5 = 2.0
+    assert expected_value([math.log(3.0), 0.0], [1, 5]) == pytest.approx(2.0)
+    assert expected_value([1000.0, 0.0, 0.0], [1, 2, 3]) == pytest.approx(1.0)  # no overflow
+    with pytest.raises(ValueError):
+        expected_value([0.0], [1, 2])
+
+
+def test_verdict_value_tokens_finds_the_last_three_numbers_only():
+    from posttrain.envs.genrm.judge import verdict_value_tokens
+
+    pieces = ["Ranking", ":", " 9", " then", "\n", "H", "elpfulness", " 1", ":", " 5", "\n",
+              "Helpfulness 2", ":", " 1", "\n", "Ranking", ":", " 2"]
+    assert verdict_value_tokens(pieces) == [9, 13, 17]
+    assert verdict_value_tokens(pieces + ["\n"]) == [9, 13, 17]  # a trailing newline is not a line
+    # a number that shares its token with other text cannot be read as a distribution
+    assert verdict_value_tokens(pieces[:16] + [": 2"]) is None
+    assert verdict_value_tokens(pieces[:-1] + [" 25"]) is None  # not one value
+    assert verdict_value_tokens(["Helpfulness 1", ":", " 5"]) is None  # fewer than three lines
+    swapped = pieces[:5] + ["Helpfulness 2", ":", " 5", "\n"] + pieces[11:]
+    assert verdict_value_tokens(swapped) is None  # the lines out of order
+
+
+def test_expected_verdicts_read_the_judges_own_distribution(tiny_judge_model):
+    """The expected verdict of a real (tiny) model: the mean under its softmax over the value tokens,
+    at the position that predicted each written number; text verdicts stay where asked."""
+    model, tok = tiny_judge_model
+    from posttrain.engines.hf import HFGenerator
+
+    gen = HFGenerator(model, tok)
+    prompt = [[{"role": "user", "content": "which is better?"}]]
+    reply = "Both fine.\nHelpfulness 1: 5\nHelpfulness 2: 1\nRanking: 2"
+    prompt_ids = gen.render_prompt(prompt[0], None, False)
+    # a real reply ends on the end-of-turn token: it decodes to nothing and must not hide the last line
+    end = [tok.convert_tokens_to_ids("<|im_end|>")]
+    reply_ids = tok.encode(reply, add_special_tokens=False)
+
+    class Scripted(HFGenerator):
+        def generate(self, prompts, params, tools=None):
+            return [[Completion(reply, token_ids=reply_ids + end, prompt_ids=prompt_ids)] for _ in prompts]
+
+    scripted = Scripted(model, tok)
+    assert GenRMJudge(scripted).judge_many(prompt) == [J(5, 1, 2)]
+    soft = GenRMJudge(scripted, verdict="expected").judge_many(prompt)[0]
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([prompt_ids + reply_ids])).logits[0].float()
+    want = []
+    after_colon = [i for i, t in enumerate(reply_ids) if tok.decode([t]).strip().isdigit() and tok.decode([reply_ids[i - 1]]) == ":"]
+    assert len(after_colon) == 3
+    for digit_at, values in zip(after_colon,
+                                [range(1, 6), range(1, 6), range(1, 7)]):
+        cand = [tok.encode(f" {v}", add_special_tokens=False)[0] for v in values]
+        row = logits[len(prompt_ids) + digit_at - 1]
+        p = torch.softmax(row[cand], -1)
+        want.append(float((p * torch.tensor(list(values), dtype=torch.float)).sum()))
+    assert [soft.h1, soft.h2, soft.rank] == pytest.approx(want, abs=1e-4)
+    assert soft != J(5, 1, 2) and 1 <= soft.h1 <= 5 and 1 <= soft.rank <= 6
+    with pytest.raises(ValueError, match="local judge"):
+        GenRMJudge(ScriptedGenerator([[GOOD]]), verdict="expected")

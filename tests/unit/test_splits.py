@@ -130,6 +130,8 @@ REPORTING_ONLY = {
                       "prune-search on held-out rows of the distillation data, never on test",
     "bench/eval_precision.py": "counts how many greedy answers bf16 moves on the headline problems; chooses nothing",
     "bench/genrm_supervised.sh": "judges each arm's checkpoint on test once, after the dev rule chose it",
+    "bench/genrm_expected.py": "measures both verdict modes; the mode is chosen on its --split dev run, test reported once",
+    "bench/rlhf_judge.py": "the RLHF runs' test table: end-of-run checkpoints, a design fixed beforehand, nothing chosen",
     "bench/synth_sft.py": "the two SFT arms' instruction scores on test, reported with a design fixed beforehand; "
                           "reads the test prompts only to refuse a train row that is one of them",
 }
