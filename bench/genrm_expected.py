@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import astuple
 import sys
 import time
 from pathlib import Path
@@ -40,11 +41,10 @@ import posttrain.envs  # noqa: F401  (registers the environments)
 from posttrain.algos.genrm import tie_break
 from posttrain.configs import load_config
 from posttrain.configs.rlhf import GenRMConfig
-from posttrain.engines.base import SamplingParams
 from posttrain.envs.base import make_env
 from posttrain.envs.genrm.format import build_genrm_prompt, split_prompt
 from posttrain.envs.genrm.judge import GenRMJudge, make_generator
-from posttrain.envs.genrm.pairs import pair_from_graded
+from posttrain.envs.genrm.pairs import mine_pairs
 from posttrain.eval.compare import paired_gain
 from posttrain.serving.build import build_envs
 
@@ -98,8 +98,8 @@ def judge_pairs(judge: GenRMJudge, items: list[tuple[str, list[Any], Any, Any, i
         for order, (text, soft) in zip(("given", "swapped"), verdicts[2 * k: 2 * k + 2]):
             row[f"text_{order}"], row[f"text_{order}_parsed"] = margin(text), text is not None
             row[f"expected_{order}"], row[f"expected_{order}_parsed"] = margin(soft), soft is not None
-            row[f"verdict_{order}"] = [None if text is None else list(text.__dict__.values()),
-                                       None if soft is None else [round(x, 3) for x in soft.__dict__.values()]]
+            row[f"verdict_{order}"] = [None if text is None else list(astuple(text)),
+                                       None if soft is None else [round(x, 3) for x in astuple(soft)]]
         rows.append(row)
     return rows
 
@@ -117,19 +117,10 @@ def visible_items(config: str, split: str) -> list[tuple[str, list[Any], Any, An
 def policy_items(policy: str, split: str, n: int, k: int, max_new_tokens: int, seed: int
                  ) -> tuple[list[tuple[str, list[Any], Any, Any, int, str]], dict[str, Any]]:
     env = make_env("instruction", min_constraints=1, max_constraints=2)
-    tasks = env.tasks(split, n, seed=seed)
-    gen = make_generator(policy)
-    outs = gen.generate([t.messages for t in tasks],
-                        SamplingParams(max_new_tokens=max_new_tokens, temperature=1.0, n=k, seed=seed, reasoning=False))
-    items, rewards = [], []
-    for t, comps in zip(tasks, outs):
-        graded = [({"role": "assistant", "content": c.text}, env.verify(t, [{"role": "assistant", "content": c.text}]).reward)
-                  for c in comps]
-        rewards += [g[1] for g in graded]
-        pair = pair_from_graded(t, max(graded, key=lambda g: g[1]), min(graded, key=lambda g: g[1]), "policy")
-        if pair is not None:
-            items.append((pair.id, pair.messages, pair.response_1, pair.response_2, 1, "policy"))
-    return items, {"tasks": len(tasks), "samples": len(rewards), "mean_reward": sum(rewards) / max(len(rewards), 1)}
+    pairs = mine_pairs(make_generator(policy), env, env.tasks(split, n, seed=seed), k, max_new_tokens,
+                       temperature=1.0, seed=seed, reasoning=False)
+    items = [(p.id, p.messages, p.response_1, p.response_2, 1, "policy") for p in pairs]  # mined: 1 is the better
+    return items, {"tasks": n, "samples": n * k, "pairs": len(items)}
 
 
 def main() -> None:

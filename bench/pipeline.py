@@ -201,6 +201,7 @@ def rl_vs_control_line(tables: list[dict[str, Any]]) -> str | None:
     """``RESULT pipeline_rl_vs_control`` from the runs' test tables: the pooled RL − SFT same time per
     run, their mean ± sqrt(sum se²)/n (independent runs, each a paired se), RL − SFT same tokens the
     same way, and the rows (domains, wordings) beyond +2 and below −1 paired se in every run."""
+    from posttrain.eval.compare import mean_over_runs
     from posttrain.experiments import evidence
 
     per = {c: [evidence.headline(t, c) for t in tables] for c in ("RL − SFT same time", "RL − SFT same tokens")}
@@ -209,8 +210,7 @@ def rl_vs_control_line(tables: list[dict[str, Any]]) -> str | None:
         return None
 
     def pooled(gs: list[dict[str, Any]]) -> str:
-        mean = sum(g["gain"] for g in gs) / len(gs)
-        se = sum(g["se"] ** 2 for g in gs) ** 0.5 / len(gs)
+        mean, se = mean_over_runs([(g["gain"], g["se"]) for g in gs])
         return f"{mean * 100:+.1f} ± {se * 100:.1f}"
 
     seeds = ", ".join(f"{g['gain'] * 100:+.1f} ± {g['se'] * 100:.1f}" for g in time_g)

@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 from pathlib import Path
 from typing import Any
 
-from results_row import append_row, provenance  # bench/results_row.py (sys.path[0] is bench/ when run)
+from results_row import append_row, mean_se, provenance  # bench/results_row.py (sys.path[0] is bench/ when run)
 
-from posttrain.eval.compare import paired_gain
+from posttrain.eval.compare import mean_over_runs, paired_gain
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "rlhf_judge.jsonl"
@@ -62,8 +61,9 @@ def evaluate(model: str, out: Path, n: int, max_new_tokens: int) -> dict[str, An
 
 
 def per_task(doc: dict[str, Any]) -> dict[str, dict[str, float]]:
-    """Task id → its figures: ours (every constraint kept), ours / reference on the mapped constraints
-    (None where no constraint is mapped), instruction-level share kept (ours), reply tokens."""
+    """Task id → its figures: ours (every constraint kept) and its instruction-level share kept; the
+    reference checkers' prompt- and instruction-level figures on the mapped constraints (None where
+    none is mapped); reply tokens."""
     out = {}
     for i in doc["items"]:
         rows = i["constraints"]
@@ -71,7 +71,6 @@ def per_task(doc: dict[str, Any]) -> dict[str, dict[str, float]]:
         out[i["task_id"]] = {
             "ours": float(all(r["ours"] for r in rows)),
             "ours_inst": sum(r["ours"] for r in rows) / len(rows),
-            "ours_mapped": float(all(r["ours"] for r in mapped)) if mapped else None,
             "ref_mapped": float(all(r["reference"] for r in mapped)) if mapped else None,
             "ref_inst": sum(bool(r["reference"]) for r in mapped) / len(mapped) if mapped else None,
             "tokens": float(i["tokens"]),
@@ -84,12 +83,6 @@ KEYS = ("ours", "ours_inst", "ref_mapped", "ref_inst", "tokens")
 
 def column(tasks: dict[str, dict[str, float]], key: str) -> dict[str, float]:
     return {t: v[key] for t, v in tasks.items() if v[key] is not None}
-
-
-def mean_se(xs: list[float]) -> tuple[float, float]:
-    n = len(xs)
-    m = sum(xs) / n
-    return m, math.sqrt(sum((x - m) ** 2 for x in xs) / (n - 1) / n) if n > 1 else 0.0
 
 
 def run_lengths(run: Path) -> dict[str, float]:
@@ -129,23 +122,20 @@ def main() -> None:
         if name == "start":
             continue
         summary["gains"][name] = {k: vars(paired_gain(column(tasks["start"], k), column(tasks[name], k))) for k in KEYS}
-    seeds = sorted({n.split("_")[1] for n in tasks if n.startswith(("on_", "off_"))}
-                   & {n.split("_")[1] for n in tasks if n.startswith("off_")} & {n.split("_")[1] for n in tasks if n.startswith("on_")})
+    seeds = sorted({n.removeprefix("on_") for n in tasks if n.startswith("on_")}
+                   & {n.removeprefix("off_") for n in tasks if n.startswith("off_")})  # seeds with both arms
     for k in KEYS:
         per = {s: paired_gain(column(tasks[f"off_{s}"], k), column(tasks[f"on_{s}"], k)) for s in seeds}
         if per:
-            g = sum(p.gain for p in per.values()) / len(per)
-            se = math.sqrt(sum(p.se ** 2 for p in per.values())) / len(per)
+            g, se = mean_over_runs([(p.gain, p.se) for p in per.values()])
             summary["on_minus_off"][k] = {"per_seed": {s: {"gain": p.gain, "se": p.se} for s, p in per.items()},
                                           "mean": g, "se": se}
     for arm in ("on", "off"):
-        names = [f"{arm}_{s}" for s in seeds]
         for k in KEYS:
-            gs = [summary["gains"][n][k] for n in names if n in summary["gains"]]
+            gs = [summary["gains"][f"{arm}_{s}"][k] for s in seeds]
             if gs:
-                summary.setdefault(f"{arm}_minus_start", {})[k] = {
-                    "mean": sum(g["gain"] for g in gs) / len(gs),
-                    "se": math.sqrt(sum(g["se"] ** 2 for g in gs)) / len(gs), "seeds": len(gs)}
+                g, se = mean_over_runs([(x["gain"], x["se"]) for x in gs])
+                summary.setdefault(f"{arm}_minus_start", {})[k] = {"mean": g, "se": se, "seeds": len(gs)}
     for key in ("on_minus_start", "off_minus_start", "on_minus_off"):
         for k, v in summary.get(key, {}).items():
             print(f"{key:16s} {k:10s} {v['mean']:+.3f} ± {v['se']:.3f}")

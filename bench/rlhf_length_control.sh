@@ -4,6 +4,8 @@
 # from its own latest checkpoint when re-run, so a killed chain is restarted by running this again.
 #   bash bench/rlhf_length_control.sh [SEEDS...]        (default: 0 1)
 # Then: python bench/rlhf_length_control.py runs/lc      (the tables, paired se, and a results row)
+# OUT, RECIPE: another chain of the same shape (bench/rlhf_judge.sh); KEEP_CHECKPOINTS=1 keeps each
+# finished run's checkpoints (for a test evaluation after the runs).
 set -u
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=1 PYTHONPATH=$PWD
@@ -23,14 +25,14 @@ for s in "${seeds[@]}"; do
     echo "== $run start $(date -u +%FT%TZ) load $(cut -d' ' -f1-3 /proc/loadavg)"
     t0=$(date +%s)
     python -m posttrain.cli rlhf --config "$RECIPE" train.seed=$s length_control.enabled=$lc run_dir="$run" \
-        --no-progress > "$run.log" 2>&1
+        --no-progress >> "$run.log" 2>&1   # appended: a resumed run keeps the log of its first part
     rc=$?
     t1=$(date +%s)
     echo "== $run end $(date -u +%FT%TZ) rc=$rc wall_s=$((t1 - t0)) load $(cut -d' ' -f1-3 /proc/loadavg)"
     tail -4 "$run.log"
     if [ $rc -eq 0 ]; then
       echo "{\"wall_s\": $((t1 - t0)), \"load_end\": \"$(cut -d' ' -f1-3 /proc/loadavg)\"}" > "$run/DONE"
-      rm -rf "$run"/checkpoints/step_* "$run/best"   # the figures are in metrics.jsonl and validation/
+      [ "${KEEP_CHECKPOINTS:-0}" = 1 ] || rm -rf "$run"/checkpoints/step_* "$run/best"   # the figures are in metrics.jsonl and validation/
     fi
   done
 done

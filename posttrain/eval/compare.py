@@ -44,6 +44,15 @@ def mean_and_se(xs: Sequence[float]) -> tuple[float, float]:
     return mean, (math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1) / n) if n > 1 else 0.0)
 
 
+def mean_over_runs(gains: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """Mean of per-run (gain, paired se) over independent runs (seeds), and the standard error of
+    that mean from the runs' own errors: sqrt(sum se²) / n."""
+    if not gains:
+        raise ValueError("no runs to average")
+    n = len(gains)
+    return sum(g for g, _ in gains) / n, math.sqrt(sum(se * se for _, se in gains)) / n
+
+
 def paired_gain(before: Mapping[str, float], after: Mapping[str, float]) -> PairedGain:
     """Mean gain over the tasks both maps score, with its paired standard error."""
     ids = sorted(before.keys() & after.keys())

@@ -47,3 +47,13 @@ def test_modal_choice_names_the_letter_a_guessing_policy_sits_on():
     assert modal_choice(reasons) == ("C", 0.75, 4)  # replies without a letter do not count
     assert modal_choice(["correct", "wrong_answer", "not_a_number"]) is None  # not multiple choice
     assert modal_choice([]) is None
+
+
+def test_mean_over_runs_by_hand():
+    from posttrain.eval.compare import mean_over_runs
+
+    # gains 0.1 and 0.3 with paired se 0.03 and 0.04: mean 0.2, se sqrt(0.0009 + 0.0016) / 2 = 0.025
+    assert mean_over_runs([(0.1, 0.03), (0.3, 0.04)]) == pytest.approx((0.2, 0.025))
+    assert mean_over_runs([(-0.05, 0.02)]) == pytest.approx((-0.05, 0.02))
+    with pytest.raises(ValueError):
+        mean_over_runs([])

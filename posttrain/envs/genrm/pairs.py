@@ -134,13 +134,15 @@ def pair_from_graded(task: Any, best: tuple[Message, float], worst: tuple[Messag
 
 
 def mine_pairs(generator: Any, env: Any, tasks: Sequence[Any], k: int = 4, max_new_tokens: int = 256,
-               temperature: float = 1.0, seed: int = 0) -> list[PreferencePair]:
+               temperature: float = 1.0, seed: int = 0, reasoning: bool = True) -> list[PreferencePair]:
     """Sample k single-turn responses per task, grade them with ``env.verify``, pair the best with the
-    worst (see the module docstring)."""
+    worst (see the module docstring). ``reasoning``: the generation prompt's mode, as the policy
+    will be prompted."""
     from posttrain.engines.base import SamplingParams
     from posttrain.models.chat_template import parse_assistant
 
-    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, n=k, seed=seed)
+    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, n=k, seed=seed,
+                            reasoning=reasoning)
     outs = generator.generate([t.messages for t in tasks], params, [t.tools for t in tasks])
     pairs = []
     for task, comps in zip(tasks, outs):
