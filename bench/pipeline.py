@@ -3,6 +3,7 @@
     python bench/pipeline.py --quick --seeds 0 1 2        # three fresh --quick runs, one after another
     python bench/pipeline.py --config recipes/pipeline_evidence.yaml --seeds 0 1 2   # the RL-vs-control evidence
     python bench/pipeline.py --run-dir runs/pipeline      # record a finished run (e.g. the default one)
+    python bench/pipeline.py --row 76 --row 77 --run-dir runs/pipeline-s2   # pool with rows already recorded
 
 Each run's row has, per measured model (before / after SFT / after RL / longer SFT), the greedy
 answer accuracy and answer-format rate on the held-out problems with their binomial standard
@@ -122,6 +123,9 @@ def main() -> None:
     p.add_argument("--config", help="run fresh `posttrain pipeline --config FILE` runs (e.g. recipes/pipeline_evidence.yaml)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--run-dir", action="append", default=[], help="record a finished run (repeatable)")
+    p.add_argument("--row", type=int, action="append", default=[],
+                   help="pool with the run recorded in this line of bench/results/pipeline.jsonl (1-based; "
+                        "repeatable): its figures enter the RESULT lines, no row is appended for it again")
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads of the runs (sets OMP_NUM_THREADS, which also makes the runs' threads wait "
                         "PASSIVE); default: none set, the newcomer's command as it is (one thread per idle core, "
@@ -130,8 +134,13 @@ def main() -> None:
     p.add_argument("overrides", nargs="*", help="extra PipelineConfig overrides for the --quick runs, e.g. sft_freeze_layers=0; "
                                                 "give them before --seeds, which takes every word after it")
     args = p.parse_args()
-    if not (args.quick or args.config) and not args.run_dir:
-        p.error("give --quick or --config (run) or --run-dir (record)")
+    if not (args.quick or args.config) and not args.run_dir and not args.row:
+        p.error("give --quick or --config (run), --run-dir (record) or --row (pool recorded runs)")
+    recorded = RESULTS.read_text().splitlines()
+    for n in args.row:
+        if not 1 <= n <= len(recorded):
+            p.error(f"--row {n}: {RESULTS.name} has {len(recorded)} lines")
+    old_rows = [json.loads(recorded[n - 1]) for n in args.row]
 
     runs: list[Path] = [Path(d) for d in args.run_dir]
     process_s: dict[Path, float] = {}  # wall of each fresh run, process start included
@@ -162,16 +171,28 @@ def main() -> None:
                "python": platform.python_version(), **summarize(d)}
         if d in process_s:
             row["process_wall_s"] = process_s[d]
-        if not args.no_save:
-            append_row(RESULTS, row)
         rows.append(row)
         print(f"{d}: wall {row['wall_s'] / 60:.1f} min, CPU {row['cpu_s'] / 60:.1f} min")
         for name, g in row["gains"].items():
             a, f = g["accuracy"], g["format"]
             print(f"  {name:28s} accuracy {a['gain']:+.1%} ± {a['se']:.1%}   format {f['gain']:+.1%} ± {f['se']:.1%}")
+    new_rows, rows = rows, old_rows + rows
+    lines = result_lines(rows)
     if not args.no_save:
-        print(f"appended {len(rows)} rows to {RESULTS}")
+        for i, row in enumerate(new_rows):
+            if i == len(new_rows) - 1 and len(rows) > 1:  # the pooled figures live in the last new row
+                row["pooled"] = {"rows": args.row, "runs": [r["run_dir"] for r in rows], "results": lines}
+            append_row(RESULTS, row)
+        print(f"appended {len(new_rows)} rows to {RESULTS}")
+    for line in lines:
+        print(line)
 
+
+def result_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The RESULT lines over the rows (recorded and new): SFT gain, --quick time, RL − control."""
+    from posttrain.eval.compare import mean_over_runs
+
+    out = []
     key = "SFT (after SFT − before)"
     sft = [r["gains"][key]["accuracy"] for r in rows if key in r["gains"]]
     rl = [r["gains"]["RL (after RL − after SFT)"]["accuracy"] for r in rows if "RL (after RL − after SFT)" in r["gains"]]
@@ -180,21 +201,25 @@ def main() -> None:
         z = min(g["gain"] / g["se"] if g["se"] else float("inf") for g in sft)
         mean = sum(g["gain"] for g in sft) / len(sft)
         extra = ""
-        if rl and name == "pipeline":
-            extra = f"; RL {rl[0]['gain'] * 100:+.1f} ± {rl[0]['se'] * 100:.1f} points"
-            sampled = rows[0]["gains"]["RL (after RL − after SFT)"].get("sampled")
-            if sampled:
-                extra += f", sampled accuracy {sampled['gain'] * 100:+.1f} ± {sampled['se'] * 100:.1f}"
-        print(f"RESULT {name}: {mean * 100:+.1f} points (test answer accuracy gain of SFT, mean of {len(sft)} "
-              f"run(s), smallest gain/paired-se {z:.1f}{extra})")
+        if rl and name == "pipeline":  # RL over its SFT start: mean over the runs ± the se of that mean
+            g, se = mean_over_runs([(x["gain"], x["se"]) for x in rl])
+            extra = f"; RL {g * 100:+.1f} ± {se * 100:.1f} points"
+            sampled = [r["gains"]["RL (after RL − after SFT)"].get("sampled") for r in rows
+                       if "RL (after RL − after SFT)" in r["gains"]]
+            if sampled and all(sampled):
+                g, se = mean_over_runs([(x["gain"], x["se"]) for x in sampled])
+                extra += f", sampled accuracy {g * 100:+.1f} ± {se * 100:.1f}"
+        out.append(f"RESULT {name}: {mean * 100:+.1f} points (test answer accuracy gain of SFT, mean of {len(sft)} "
+                   f"run(s), smallest gain/paired-se {z:.1f}{extra})")
     walls = [r["process_wall_s"] for r in rows if "process_wall_s" in r]
     if name == "pipeline_quick" and walls:
-        print(f"RESULT pipeline_quick_time: {max(walls):.0f} s (the slowest of {len(walls)} fresh `posttrain pipeline "
-              f"--quick` runs, process start included; each: {', '.join(f'{w:.0f}' for w in walls)} s; "
-              f"load at the end {os.getloadavg()[0]:.2f}; target 240 s)")
+        out.append(f"RESULT pipeline_quick_time: {max(walls):.0f} s (the slowest of {len(walls)} fresh `posttrain "
+                   f"pipeline --quick` runs, process start included; each: {', '.join(f'{w:.0f}' for w in walls)} s; "
+                   f"load at the end {os.getloadavg()[0]:.2f}; target 240 s)")
     line = rl_vs_control_line([r["test"] for r in rows if r.get("test")])
     if line:
-        print(line)
+        out.append(line)
+    return out
 
 
 def rl_vs_control_line(tables: list[dict[str, Any]]) -> str | None:

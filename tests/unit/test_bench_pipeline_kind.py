@@ -70,3 +70,17 @@ def test_the_row_names_the_environment_that_changed_its_speed_or_floats():
         assert bench.speed_env(environ) == {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "OMP_WAIT_POLICY": "PASSIVE",
                                             "ONEDNN_MAX_CPU_ISA": "AVX2", "POSTTRAIN_PRECISION_PROBE": "fp32=1,bf16=0"}
         assert bench.speed_env({"PATH": "/bin"}) == {}
+
+
+def test_pooled_result_lines_average_the_runs_not_the_first_one():
+    """``--row`` pools recorded runs with new ones: the RL gain over SFT in the RESULT line is the mean of
+    the runs' paired gains ± sqrt(Σ se²)/n (it once printed the first run's alone)."""
+    def row(sft, rl):
+        return {"kind": "default", "gains": {"SFT (after SFT − before)": {"accuracy": {"gain": sft, "se": 0.04}},
+                                             "RL (after RL − after SFT)": {"accuracy": {"gain": rl, "se": 0.03}}}}
+
+    with script_module("bench", "pipeline") as bench:
+        (line,) = bench.result_lines([row(0.30, 0.02), row(0.20, 0.14)])
+    assert line.startswith("RESULT pipeline: +25.0 points")
+    assert "smallest gain/paired-se 5.0" in line
+    assert "RL +8.0 ± 2.1 points" in line  # sqrt(0.03² + 0.03²) / 2 = 0.0212
