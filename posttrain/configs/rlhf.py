@@ -65,6 +65,12 @@ class LengthControlConfig(StrictModel):
     """Quality gate: the response's base reward must be ≥ this percentile of its group's."""
     unit: Literal["tokens", "chars"] = "tokens"
     """How lengths are counted (the policy's tokenizer, or characters)."""
+    empty_answer_credit: bool = False
+    """Pay an empty answer as the shortest (the recipe as written). Off by default: with a weak judge
+    that paid a policy to answer nothing (docs/results/rlhf_length_control.md)."""
+    scale: Literal["fixed", "base_std"] = "fixed"
+    """``fixed``: the coefficients as they are (the recipe). ``base_std``: every length term and bonus
+    times the group's base-reward standard deviation, so length only breaks the judge's near-ties."""
 
 
 class RLHFRolloutConfig(RolloutConfig):

@@ -96,7 +96,9 @@ class GenRMReward:
             if self.length.enabled:
                 lc = self.length
                 final = length_controlled_rewards(base, [think_len[i] for i in g], [answer_len[i] for i in g],
-                                                  lc.think_coef, lc.answer_coef, lc.bonus, lc.quantile)
+                                                  lc.think_coef, lc.answer_coef, lc.bonus, lc.quantile,
+                                                  lc.empty_answer_credit,
+                                                  spreads[-1] if lc.scale == "base_std" else 1.0)
             for k, i in enumerate(g):
                 base_all[i] = base[k]
                 rollouts[i].reward, rollouts[i].reason = final[k], f"genrm base {base[k]:.2f}"
@@ -107,7 +109,8 @@ class GenRMReward:
                 "reward_base_group_std": sum(spreads) / max(len(spreads), 1),
                 "reward_base_flat_frac": sum(sd == 0.0 for sd in spreads) / max(len(spreads), 1),
                 "think_len_mean": sum(think_len) / n,
-                "answer_len_mean": sum(answer_len) / n, "genrm_comparisons": float(len(prompts)),
+                "answer_len_mean": sum(answer_len) / n, "answer_empty_frac": sum(x == 0 for x in answer_len) / n,
+                "genrm_comparisons": float(len(prompts)),
                 "genrm_retries": float(delta.get("retries", 0)), "genrm_fallbacks": float(delta.get("fallbacks", 0)),
                 "genrm_fallback_frac": delta.get("fallbacks", 0) / max(len(prompts), 1),
                 "genrm_judge_tokens": float(delta.get("tokens", 0)), "time_judge_s": dt, "time_verify_s": dt}

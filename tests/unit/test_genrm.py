@@ -294,6 +294,17 @@ def test_genrm_reward_scorer_judges_the_whole_step_in_one_batch():
     # answers 2, 4, 6 chars: w = 1, .5, 0 → w̃ = .5, 0, −.5; ×0.5; no reasoning: no think term;
     # bonus to the shortest answer only if its base (2) ≥ the 80th percentile (3.6): no
     assert [r.reward for r in rollouts] == [2.25, 3.0, 3.75]
+    # scale: base_std → the same length terms times the group's base std sqrt(2/3)
+    rollouts = [_R(0, "aa"), _R(0, "aaaa"), _R(0, "aaaaaa")]
+    GenRMReward(judge, None, LengthControlConfig(unit="chars", scale="base_std"))(rollouts)
+    sd = (2 / 3) ** 0.5
+    assert [r.reward for r in rollouts] == pytest.approx([2 + 0.25 * sd, 3.0, 4 - 0.25 * sd])
+    # an empty answer is counted and, by default, gets the longest's weight: the judge sees
+    # "(empty response)" (16 chars → 5), "aaaa" → 3, "aaaaaa" → 4; answers 0, 4, 6 chars → w 0, 1, 0
+    rollouts = [_R(0, ""), _R(0, "aaaa"), _R(0, "aaaaaa")]
+    m = GenRMReward(judge, None, LengthControlConfig(unit="chars", bonus=0.0))(rollouts)
+    assert m["answer_empty_frac"] == pytest.approx(1 / 3)
+    assert [r.reward for r in rollouts] == pytest.approx([5 - 1 / 6, 3 + 1 / 3, 4 - 1 / 6])
 
 
 def test_recipes_load_and_configs_check_their_sections():

@@ -54,13 +54,41 @@ def test_length_controlled_rewards_degenerate_groups():
     assert length_controlled_rewards([3.0], [10], [5]) == [3.0]  # one response
     # reasoning off (all reasoning empty) and empty answers everywhere: base rewards unchanged
     assert length_controlled_rewards([1.0, 2.0, 3.0], [0, 0, 0], [0, 0, 0]) == [1.0, 2.0, 3.0]
-    # one empty answer among others: it is the shortest (w = 1) but gets no bonus with a low reward
-    out = length_controlled_rewards([1.0, 4.0, 4.0], [0, 0, 0], [0, 10, 20], bonus=0.5)
+    # the recipe as written: one empty answer among others is the shortest (w = 1), no bonus with a low reward
+    out = length_controlled_rewards([1.0, 4.0, 4.0], [0, 0, 0], [0, 10, 20], bonus=0.5, empty_answer_credit=True)
     assert out == pytest.approx([1 + 0.5 * 0.5, 4 + 0.5 * 0.0, 4 + 0.5 * -0.5])
+    # the default: the empty answer gets the longest's w = 0; w = 0, 1, 0 → centred −1/3, 2/3, −1/3,
+    # and the shortest non-empty answer (10, base 4 ≥ gate 4) takes the bonus
+    out = length_controlled_rewards([1.0, 4.0, 4.0], [0, 0, 0], [0, 10, 20], bonus=0.5)
+    assert out == pytest.approx([1 - 0.5 / 3, 4 + 0.5 * 2 / 3 + 0.5, 4 - 0.5 / 3])
     with pytest.raises(ValueError):
         length_controlled_rewards([1.0, 2.0], [1], [1, 2])
     # coefficients a, b separately
     assert length_controlled_rewards([0.0, 0.0], [1, 2], [2, 1], think_coef=1.0, answer_coef=0.0, bonus=0.0) == [0.5, -0.5]
+
+
+def test_a_lazy_empty_answer_is_not_paid_for_silence():
+    """The collapse of docs/results/rlhf_length_control.md: a judge that barely tells replies apart
+    (spread 0.1) and one empty reply. As the recipe writes it the empty reply has the top reward of
+    the group; by default it has the lowest."""
+    base, think, answer = [2.9, 3.0, 3.05, 3.1], [0, 0, 0, 0], [0, 60, 90, 120]
+    written = length_controlled_rewards(base, think, answer, empty_answer_credit=True)
+    assert max(range(4), key=written.__getitem__) == 0
+    guarded = length_controlled_rewards(base, think, answer)
+    assert min(range(4), key=guarded.__getitem__) == 0
+    assert length_weights([0, 0, 5], empty_credit=False) == pytest.approx([-1 / 3, -1 / 3, 2 / 3])
+    assert conciseness_bonus([0, 5, 9], [3, 3, 3], empty_credit=False) == [0, 0.5, 0]
+    assert conciseness_bonus([0, 0], [3, 3], empty_credit=False) == [0, 0]
+
+
+def test_scale_multiplies_every_length_term_and_zero_turns_them_off():
+    base, think, answer = [4.0, 3.0, 2.0, 5.0], [100, 50, 0, 200], [10, 10, 30, 20]
+    one = length_controlled_rewards(base, think, answer)
+    half = length_controlled_rewards(base, think, answer, scale=0.5)
+    assert [h - b for h, b in zip(half, base)] == pytest.approx([(o - b) / 2 for o, b in zip(one, base)])
+    assert length_controlled_rewards(base, think, answer, scale=0.0) == base
+    with pytest.raises(ValueError):
+        length_controlled_rewards(base, think, answer, scale=-1.0)
 
 
 def test_grpo_advantage_does_not_assume_unit_rewards():
