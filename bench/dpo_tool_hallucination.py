@@ -1,6 +1,11 @@
 """The table of docs/results/dpo_tool_hallucination.md from its measurement files (issue 13 (c)).
 
     python bench/dpo_tool_hallucination.py --dir runs/dpo_ev --before sft --after dpo
+    python bench/dpo_tool_hallucination.py --split test --dir runs/dpo_test/s0 --dir runs/dpo_test/s1
+
+Several ``--dir`` (one per seed, ``bash bench/dpo_evidence.sh``): each seed's table, then per measure the
+mean change over seeds with the standard error from the seeds' paired errors, and the spread between
+seeds (half the range for two) beside it.
 
 Reads, for each of the two models, the files the doc's commands write into ``--dir``:
 ``rates_<tag>.jsonl`` (``posttrain dpo-pairs --rates``: each held-out prompt's tool-call rate),
@@ -69,9 +74,29 @@ def table(directory: Path, before: str, after: str) -> tuple[str, list[dict[str,
     return "\n".join(lines), figures
 
 
+def pooled(per_dir: list[list[dict[str, float | int | str]]]) -> list[dict[str, float | int | str]]:
+    """Per measure present in every seed: the mean change over seeds, its se from the paired errors,
+    and the spread between seeds (half the range)."""
+    from posttrain.eval.compare import mean_over_runs
+
+    out = []
+    for f in per_dir[0]:
+        runs = [next((g for g in figs if g["measure"] == f["measure"]), None) for figs in per_dir]
+        if any(r is None for r in runs):
+            continue
+        g, se = mean_over_runs([(float(r["change"]), float(r["se"])) for r in runs])  # type: ignore[index]
+        ch = [float(r["change"]) for r in runs]  # type: ignore[index]
+        out.append({"measure": f["measure"], "seeds": len(runs), "change": g, "se": se,
+                    "half_range": (max(ch) - min(ch)) / 2, "per_seed": ch,
+                    "before": sum(float(r["before"]) for r in runs) / len(runs),  # type: ignore[index]
+                    "after": sum(float(r["after"]) for r in runs) / len(runs)})  # type: ignore[index]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--dir", default="runs/dpo_ev", help="where the measurement files are")
+    p.add_argument("--dir", action="append", default=None,
+                   help="where the measurement files are (default runs/dpo_ev); repeat it, one per seed, to pool seeds")
     p.add_argument("--before", default="sft", help="tag of the model before DPO")
     p.add_argument("--after", default="dpo", help="tag of the model after DPO")
     p.add_argument("--split", default="dev", choices=DATA_SPLITS,
@@ -79,16 +104,29 @@ def main(argv: list[str] | None = None) -> int:
                         "dev; tool-decisions reads its own default unless given --split)")
     p.add_argument("--no-save", action="store_true", help="print only; no row in bench/results/")
     args = p.parse_args(argv)
-    text, figures = table(Path(args.dir), args.before, args.after)
-    print(text)
-    head = next(f for f in figures if f["measure"] == "rates/unfitting")
+    dirs = args.dir or ["runs/dpo_ev"]
+    per_dir = []
+    for d in dirs:
+        text, figures = table(Path(d), args.before, args.after)
+        print(f"{d}:\n{text}\n" if len(dirs) > 1 else text)
+        per_dir.append(figures)
+    pool = pooled(per_dir) if len(dirs) > 1 else []
+    for f in pool:
+        print(f"{f['measure']:28s} mean over {f['seeds']} seeds {f['change'] * 100:+.1f} ± {f['se'] * 100:.1f} points "
+              f"(per seed {', '.join(f'{c * 100:+.1f}' for c in f['per_seed'])}; half the range "
+              f"{f['half_range'] * 100:.1f})")
+    head = next(f for f in (pool or per_dir[0]) if f["measure"] == "rates/unfitting")
+    n = next(f["n"] for f in per_dir[0] if f["measure"] == "rates/unfitting")
     if not args.no_save:
+        one = {"dir": dirs[0], "figures": per_dir[0]}
+        many = {"dir": dirs, "per_seed": dict(zip(dirs, per_dir)), "pooled": pool}
         append_row(Path(__file__).parent / "results" / "dpo_tool_hallucination.jsonl", {
-            "bench": "dpo_tool_hallucination", "dir": args.dir, "before": args.before, "after": args.after,
-            "figures": figures, **provenance(args.split)})
+            "bench": "dpo_tool_hallucination", "before": args.before, "after": args.after,
+            **(many if len(dirs) > 1 else one), **provenance(args.split)})
+    seeds = f" mean of {len(dirs)} seeds," if len(dirs) > 1 else ""
     print(f"RESULT dpo_tool_hallucination: {head['before']:.1%} -> {head['after']:.1%} tool-call rate "
-          f"({head['change'] * 100:+.1f} ± {head['se'] * 100:.1f} points paired se over {head['n']} held-out prompts "
-          f"offered unfitting tools)")
+          f"({head['change'] * 100:+.1f} ± {head['se'] * 100:.1f} points,{seeds} paired se over "
+          f"{n} held-out prompts offered unfitting tools)")
     return 0
 
 

@@ -7,6 +7,7 @@
 The recipe (plus ``key=value`` overrides) gives the environments, their arguments, validation
 sizes and seeds, the token limit and reasoning mode, so the tasks are the run's validation tasks
 and the score is the one its ``val_reward/<env>`` metric would show (greedy, one sample per task).
+``--split test`` scores as many tasks of the test split instead, for a report.
 Writes one JSONL row per task (``env, task_id, reward, reason, response_tokens, finish_reason,
 reasoning_tokens, answer_tokens``),
 the same rows the RL stage writes to ``<run_dir>/validation/step_N.jsonl``.
@@ -30,6 +31,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="model spec or checkpoint directory (default: the recipe's)")
     p.add_argument("--out", required=True, help="per-task JSONL to write")
     p.add_argument("--against", default=None, help="a per-task JSONL of another model: print paired gains over it")
+    p.add_argument("--split", default="dev", choices=("dev", "test"),
+                   help="dev (the run's validation tasks, for choosing) or test (the same number of test tasks, "
+                        "for reporting only)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: one per core)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -61,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("no environment of the recipe has val_tasks > 0: nothing to validate")
     r = cfg.rollout
     generator = HFGenerator.from_spec(args.model or cfg.model, batch_size=r.batch_size, num_threads=args.threads)
-    scores = validate(generator, build_envs(cfg.envs), cfg, Path(args.out), progress=not args.no_progress)
+    scores = validate(generator, build_envs(cfg.envs), cfg, Path(args.out), progress=not args.no_progress,
+                      split=args.split)
     for key, value in scores.items():
         print(f"{key}: {value:.3f}")
     print(f"wrote {args.out}")

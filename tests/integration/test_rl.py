@@ -104,6 +104,11 @@ def test_validate_command_rescores_a_checkpoint_like_the_run(tmp_path, capsys):
     assert "| test_even_length | 6 |" in printed and "gain ± paired se" in printed
     assert main(common + ["--out", str(tmp_path / "x.jsonl"), "--against", str(tmp_path / "missing.jsonl")]) == 2
     assert "no such file" in capsys.readouterr().err
+    # --split test: as many tasks, none of them the dev tasks the run validated on
+    test = tmp_path / "test.jsonl"
+    assert main(common + ["--model", "tiny-llama", "--out", str(test), "--split", "test"]) == 0
+    test_ids = [json.loads(r)["task_id"] for r in test.read_text().splitlines()]
+    assert len(test_ids) == 6 and not set(test_ids) & {json.loads(r)["task_id"] for r in ran}
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])

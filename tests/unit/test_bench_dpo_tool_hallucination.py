@@ -14,8 +14,8 @@ def _write(path, rows):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-def test_table_pairs_prompts_and_tasks(tmp_path, capsys):
-    for tag, calls in (("sft", [1.0, 0.5]), ("dpo", [0.25, 0.0])):
+def _measurements(tmp_path, after_calls=(0.25, 0.0)):
+    for tag, calls in (("sft", [1.0, 0.5]), ("dpo", list(after_calls))):
         _write(tmp_path / f"rates_{tag}.jsonl", [
             {"env": "math/unfitting", "task_id": "a", "reward": calls[0]},
             {"env": "mcq/unfitting", "task_id": "b", "reward": calls[1]},
@@ -25,6 +25,10 @@ def test_table_pairs_prompts_and_tasks(tmp_path, capsys):
             {"env": "banking@call", "task_id": "t1/turn06", "reward": 0.0 if tag == "dpo" else 1.0},
             {"env": "banking@call", "task_id": "t2/turn04", "reward": 1.0}])
         _write(tmp_path / f"heldout_{tag}.jsonl", [{"env": "math", "task_id": "m", "reward": 1.0}])
+
+
+def test_table_pairs_prompts_and_tasks(tmp_path, capsys):
+    _measurements(tmp_path)
     with script_module("bench", "dpo_tool_hallucination") as bench:
         text, figures = bench.table(tmp_path, "sft", "dpo")
         by = {f["measure"]: f for f in figures}
@@ -38,3 +42,16 @@ def test_table_pairs_prompts_and_tasks(tmp_path, capsys):
         (tmp_path / "heldout_dpo.jsonl").unlink()
         with pytest.raises(SystemExit, match="heldout_dpo.jsonl is missing"):
             bench.main(["--dir", str(tmp_path), "--no-save"])
+
+
+def test_seeds_pool_to_the_mean_change_with_both_errors(tmp_path, capsys):
+    a, b = tmp_path / "s0", tmp_path / "s1"
+    a.mkdir(), b.mkdir()
+    _measurements(a)                     # unfitting: −0.625 ± 0.125
+    _measurements(b, after_calls=(0.5, 0.5))  # unfitting: 0.75 → 0.5, changes −0.5, 0: −0.25 ± 0.25
+    with script_module("bench", "dpo_tool_hallucination") as bench:
+        assert bench.main(["--dir", str(a), "--dir", str(b), "--no-save"]) == 0
+        out = capsys.readouterr().out
+        # mean (−0.625 − 0.25)/2 = −0.4375; se sqrt(0.125² + 0.25²)/2 = 0.1398; half the range 0.1875
+        assert "rates/unfitting" in out and "-43.8 ± 14.0 points (per seed -62.5, -25.0; half the range 18.8)" in out
+        assert "RESULT dpo_tool_hallucination: 75.0% -> 31.2% tool-call rate (-43.8 ± 14.0 points, mean of 2 seeds" in out

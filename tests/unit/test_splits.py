@@ -132,6 +132,10 @@ REPORTING_ONLY = {
     "bench/genrm_supervised.sh": "judges each arm's checkpoint on test once, after the dev rule chose it",
     "bench/genrm_expected.py": "measures both verdict modes; the mode is chosen on its --split dev run, test reported once",
     "bench/rlhf_judge.py": "the RLHF runs' test table: end-of-run checkpoints, a design fixed beforehand, nothing chosen",
+    "posttrain/commands/validate.py": "`posttrain validate --split test` scores a model for a report; the RL run "
+                                      "and its best checkpoint use dev",
+    "bench/dpo_evidence.sh": "the DPO runs' before/after measurements on test: settings of the first run, nothing chosen",
+    "bench/dpo_tool_hallucination.py": "prints and records the measurement files' figures; chooses nothing",
     "bench/synth_sft.py": "the two SFT arms' instruction scores on test, reported with a design fixed beforehand; "
                           "reads the test prompts only to refuse a train row that is one of them",
 }
