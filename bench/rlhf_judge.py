@@ -95,6 +95,14 @@ def run_lengths(run: Path) -> dict[str, float]:
             "fallback_frac_mean": sum(r["genrm_fallback_frac"] for r in m) / len(m), "steps": m[-1]["step"]}
 
 
+def between_seeds(gains: list[float]) -> float | None:
+    """sd / sqrt(n) of the per-seed gains: the error the paired se (within-seed, over tasks) leaves out."""
+    if len(gains) < 2:
+        return None
+    m = sum(gains) / len(gains)
+    return (sum((g - m) ** 2 for g in gains) / (len(gains) - 1)) ** 0.5 / len(gains) ** 0.5
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", default="runs/rlhf_judge")
@@ -129,13 +137,14 @@ def main() -> None:
         if per:
             g, se = mean_over_runs([(p.gain, p.se) for p in per.values()])
             summary["on_minus_off"][k] = {"per_seed": {s: {"gain": p.gain, "se": p.se} for s, p in per.items()},
-                                          "mean": g, "se": se}
+                                          "mean": g, "se": se, "se_between_seeds": between_seeds([p.gain for p in per.values()])}
     for arm in ("on", "off"):
         for k in KEYS:
             gs = [summary["gains"][f"{arm}_{s}"][k] for s in seeds]
             if gs:
                 g, se = mean_over_runs([(x["gain"], x["se"]) for x in gs])
-                summary.setdefault(f"{arm}_minus_start", {})[k] = {"mean": g, "se": se, "seeds": len(gs)}
+                summary.setdefault(f"{arm}_minus_start", {})[k] = {
+                    "mean": g, "se": se, "seeds": len(gs), "se_between_seeds": between_seeds([x["gain"] for x in gs])}
     for key in ("on_minus_start", "off_minus_start", "on_minus_off"):
         for k, v in summary.get(key, {}).items():
             print(f"{key:16s} {k:10s} {v['mean']:+.3f} ± {v['se']:.3f}")
