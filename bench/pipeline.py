@@ -224,7 +224,8 @@ def result_lines(rows: list[dict[str, Any]]) -> list[str]:
 
 def rl_vs_control_line(tables: list[dict[str, Any]]) -> str | None:
     """``RESULT pipeline_rl_vs_control`` from the runs' test tables: the pooled RL − SFT same time per
-    run, their mean ± sqrt(sum se²)/n (independent runs, each a paired se), RL − SFT same tokens the
+    run, their mean ± sqrt(sum se²)/n (independent runs, each a paired se) and the standard error
+    between runs (sd/√n of the runs' gains), RL − SFT same tokens the
     same way, and the rows (domains, wordings) beyond +2 and below −1 paired se in every run."""
     from posttrain.eval.compare import mean_over_runs
     from posttrain.experiments import evidence
@@ -236,7 +237,11 @@ def rl_vs_control_line(tables: list[dict[str, Any]]) -> str | None:
 
     def pooled(gs: list[dict[str, Any]]) -> str:
         mean, se = mean_over_runs([(g["gain"], g["se"]) for g in gs])
-        return f"{mean * 100:+.1f} ± {se * 100:.1f}"
+        if len(gs) < 2:
+            return f"{mean * 100:+.1f} ± {se * 100:.1f}"
+        # the paired se is within runs (over tasks); how much the runs differ is the other half of the noise
+        sd = (sum((g["gain"] - mean) ** 2 for g in gs) / (len(gs) - 1)) ** 0.5
+        return f"{mean * 100:+.1f} ± {se * 100:.1f} (± {sd / len(gs) ** 0.5 * 100:.1f} between runs)"
 
     seeds = ", ".join(f"{g['gain'] * 100:+.1f} ± {g['se'] * 100:.1f}" for g in time_g)
     rows = [set(t["comparisons"].get("RL − SFT same time", {})) for t in tables]

@@ -84,3 +84,18 @@ def test_pooled_result_lines_average_the_runs_not_the_first_one():
     assert line.startswith("RESULT pipeline: +25.0 points")
     assert "smallest gain/paired-se 5.0" in line
     assert "RL +8.0 ± 2.1 points" in line  # sqrt(0.03² + 0.03²) / 2 = 0.0212
+
+
+def test_rl_vs_control_line_gives_both_the_paired_and_the_between_run_error():
+    def table(time_gain, tok_gain):
+        return {"comparisons": {
+            "RL − SFT same time": {"all": {"gain": time_gain, "se": 0.03}, "arithmetic · story": {"gain": 0.2, "se": 0.05}},
+            "RL − SFT same tokens": {"all": {"gain": tok_gain, "se": 0.04}}}}
+
+    with script_module("bench", "pipeline") as bench:
+        line = bench.rl_vs_control_line([table(-0.01, 0.03), table(-0.04, 0.075), table(0.02, 0.0)])
+        one = bench.rl_vs_control_line([table(-0.01, 0.03)])
+    # mean (−1 − 4 + 2)/3 = −1.0; paired sqrt(3 · 0.03²)/3 = 1.7; between runs sd 3.0 / √3 = 1.7
+    assert line.startswith("RESULT pipeline_rl_vs_control: -1.0 ± 1.7 (± 1.7 between runs) points")
+    assert "mean of 3 run(s)" in line and "beyond +2 se in every run: arithmetic · story" in line
+    assert one.startswith("RESULT pipeline_rl_vs_control: -1.0 ± 3.0 points") and "between runs" not in one
