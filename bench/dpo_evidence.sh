@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Issue 35 item 5: DPO against tool hallucination, seeds on the test split (docs/results/dpo_tool_hallucination.md).
 #   bash bench/dpo_evidence.sh [SEEDS...]     (default: 0 1; re-running skips what is finished)
+#   NO_TABLE=1 bash bench/dpo_evidence.sh 1 & NO_TABLE=1 bash bench/dpo_evidence.sh 0; wait; bash bench/dpo_evidence.sh
+#                                             (two seeds at once on 2 cores, then the table alone)
 # Per seed S, in runs/dpo_test/sS: tool-use SFT data and SFT (seed S), the measurements of the SFT model,
 # pairs mined from its own samples on the train split (seed S), DPO (seed S), the same measurements after.
 # The settings are the first run's (2026-11-30, one seed, validation split), nothing re-chosen. Every
@@ -43,4 +45,4 @@ for s in "${seeds[@]}"; do
       train.threads=1 train.seed="$s" --no-progress > "$w/dpo.log" 2>&1
   measure "$dpo" dpo "$w"
 done
-python bench/dpo_tool_hallucination.py --split test "${dirs[@]}"
+[ -n "${NO_TABLE:-}" ] || python bench/dpo_tool_hallucination.py --split test "${dirs[@]}"
