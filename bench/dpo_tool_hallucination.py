@@ -36,8 +36,8 @@ ROWS = [  # (file stem, env key, what the row says)
     ("decisions", "banking@call", "banking: calls a tool where the expert does"),
     ("decisions", "banking@call_exact", "banking: the expert's exact call (name + arguments)"),
     ("decisions", "banking@plain", "banking: no tool call where the expert writes to the customer"),
-    ("heldout", "math", "math validation accuracy (greedy)"),
-    ("heldout", "mcq", "mcq validation accuracy (greedy)"),
+    ("heldout", "math", "math held-out accuracy (greedy)"),
+    ("heldout", "mcq", "mcq held-out accuracy (greedy)"),
 ]
 
 

@@ -36,7 +36,7 @@ def test_table_pairs_prompts_and_tasks(tmp_path, capsys):
         assert by["rates/unfitting"]["before"] == 0.75 and by["rates/unfitting"]["after"] == 0.125
         assert by["rates/unfitting"]["se"] == pytest.approx(0.125) and by["rates/all"]["n"] == 3
         assert by["decisions/banking@call"]["n"] == 2 and by["decisions/banking@call"]["after"] == 0.75  # per task
-        assert "| math validation accuracy (greedy) | 1 | 100.0% | 100.0% |" in text
+        assert "| math held-out accuracy (greedy) | 1 | 100.0% | 100.0% |" in text
         assert bench.main(["--dir", str(tmp_path), "--no-save"]) == 0
         assert "RESULT dpo_tool_hallucination: 75.0% -> 12.5% tool-call rate" in capsys.readouterr().out
         (tmp_path / "heldout_dpo.jsonl").unlink()
