@@ -27,8 +27,10 @@ def test_search_writes_the_table_and_a_loadable_winner(tmp_path, capsys):
     assert all(r["params"] <= 80_000 for r in rows)
     assert rows[1]["sizes"]["layers"] == 1 and rows[0]["sizes"]["layers"] == 2
     for r in rows:
-        for key in ("kl_before", "kl_after", "nll_before", "nll_after", "decode_tokens_per_s"):
+        for key in ("kl_before", "kl_after", "nll_before", "nll_after"):
             assert r[key] > 0 and r[key] < 1e3, (r["name"], key, r[key])
+        # a speed, not a bound: a tiny model decodes over 1,000 tokens/s on a fast core (a CI failure once)
+        assert 0 < r["decode_tokens_per_s"] < float("inf"), r["name"]
     best = min(rows, key=lambda r: r["kl_after"])
     assert [r["name"] for r in rows if r["chosen"]] == [best["name"]] == [doc["chosen"]]
     assert (out / "teacher_top16.safetensors").exists()  # one teacher pass, read by every candidate
