@@ -227,7 +227,7 @@ def rl_vs_control_line(tables: list[dict[str, Any]]) -> str | None:
     run, their mean ± sqrt(sum se²)/n (independent runs, each a paired se) and the standard error
     between runs (sd/√n of the runs' gains), RL − SFT same tokens the
     same way, and the rows (domains, wordings) beyond +2 and below −1 paired se in every run."""
-    from posttrain.eval.compare import mean_over_runs
+    from posttrain.eval.compare import mean_and_se, mean_over_runs
     from posttrain.experiments import evidence
 
     per = {c: [evidence.headline(t, c) for t in tables] for c in ("RL − SFT same time", "RL − SFT same tokens")}
@@ -240,8 +240,8 @@ def rl_vs_control_line(tables: list[dict[str, Any]]) -> str | None:
         if len(gs) < 2:
             return f"{mean * 100:+.1f} ± {se * 100:.1f}"
         # the paired se is within runs (over tasks); how much the runs differ is the other half of the noise
-        sd = (sum((g["gain"] - mean) ** 2 for g in gs) / (len(gs) - 1)) ** 0.5
-        return f"{mean * 100:+.1f} ± {se * 100:.1f} (± {sd / len(gs) ** 0.5 * 100:.1f} between runs)"
+        between = mean_and_se([g["gain"] for g in gs])[1]
+        return f"{mean * 100:+.1f} ± {se * 100:.1f} (± {between * 100:.1f} between runs)"
 
     seeds = ", ".join(f"{g['gain'] * 100:+.1f} ± {g['se'] * 100:.1f}" for g in time_g)
     rows = [set(t["comparisons"].get("RL − SFT same time", {})) for t in tables]

@@ -26,7 +26,7 @@ from typing import Any
 
 from results_row import append_row, mean_se, provenance  # bench/results_row.py (sys.path[0] is bench/ when run)
 
-from posttrain.eval.compare import mean_over_runs, paired_gain
+from posttrain.eval.compare import mean_and_se, mean_over_runs, paired_gain
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "rlhf_judge.jsonl"
@@ -96,11 +96,9 @@ def run_lengths(run: Path) -> dict[str, float]:
 
 
 def between_seeds(gains: list[float]) -> float | None:
-    """sd / sqrt(n) of the per-seed gains: the error the paired se (within-seed, over tasks) leaves out."""
-    if len(gains) < 2:
-        return None
-    m = sum(gains) / len(gains)
-    return (sum((g - m) ** 2 for g in gains) / (len(gains) - 1)) ** 0.5 / len(gains) ** 0.5
+    """sd / sqrt(n) of the per-seed gains: the error the paired se (within-seed, over tasks) leaves out
+    (None for one seed)."""
+    return mean_and_se(gains)[1] if len(gains) > 1 else None
 
 
 def main() -> None:

@@ -39,14 +39,12 @@ def length_weights(lengths: Sequence[float], empty_credit: bool = True) -> list[
     non-empty one."""
     if not lengths:
         return []
-    said = [x for x in lengths if x > 0] if not empty_credit else list(lengths)
+    said = [x for x in lengths if empty_credit or x > 0]
     if not said or min(lengths) == max(lengths):
         return [0.0] * len(lengths)
-    lo, hi = min(said), max(said)
-    if hi == lo:  # the non-empty ones are equal: they share w = 1, the empty ones get 0
-        w = [1.0 if x > 0 else 0.0 for x in lengths]
-    else:
-        w = [0.0 if (x == 0 and not empty_credit) else 1.0 - (x - lo) / (hi - lo) for x in lengths]
+    lo, hi = min(said), max(said)  # equal only when every non-empty one is: they share w = 1
+    span = (hi - lo) or 1.0
+    w = [1.0 - (x - lo) / span if (empty_credit or x > 0) else 0.0 for x in lengths]
     mean = sum(w) / len(w)
     return [x - mean for x in w]
 
@@ -67,7 +65,7 @@ def conciseness_bonus(lengths: Sequence[float], base: Sequence[float], bonus: fl
     shortest is the shortest non-empty response (an empty one never gets the bonus)."""
     if not lengths or min(lengths) == max(lengths):
         return [0.0] * len(lengths)
-    said = [x for x in lengths if x > 0] if not empty_credit else list(lengths)
+    said = [x for x in lengths if empty_credit or x > 0]
     if not said:
         return [0.0] * len(lengths)
     gate, shortest = percentile(base, quantile), min(said)
