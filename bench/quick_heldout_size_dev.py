@@ -36,23 +36,10 @@ from results_row import append_row, provenance  # noqa: E402
 from posttrain.configs.pipeline import QUICK, PipelineConfig  # noqa: E402
 from posttrain.eval.compare import mean_and_se  # noqa: E402
 from posttrain.experiments.stages import make_data, run_sft  # noqa: E402
+from quick_sft_dev import dev_correct  # noqa: E402
 
 SIZES = (96, 144, 192)
 RESULTS = ROOT / "bench" / "results" / "quick_heldout_size_dev.jsonl"
-
-
-def dev_correct(cfg: PipelineConfig, model: str, n: int) -> list[float]:
-    """Greedy fp32 rewards on the first ``n`` dev problems, decoded as the headline measurement decodes."""
-    from posttrain.data.synthetic import arithmetic_tasks
-    from posttrain.engines.base import SamplingParams
-    from posttrain.engines.hf import HFGenerator
-    from posttrain.envs.base import make_env
-
-    tasks = arithmetic_tasks(n, cfg.seed + 2, "dev", max_digits=cfg.max_digits)
-    gen = HFGenerator.from_spec(model, batch_size=cfg.eval_batch_size, dtype="fp32")
-    comps = gen.generate([t.messages for t in tasks], SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=0.0))
-    env = make_env("math")
-    return [env.verify(t, [{"role": "assistant", "content": c[0].text}]).reward for t, c in zip(tasks, comps)]
 
 
 def pick(gains: dict[int, list[tuple[float, float]]]) -> int:
@@ -76,7 +63,8 @@ def main() -> None:
         data = make_data(cfg, work)
         sft = run_sft(cfg, work, data)
         t = time.time()
-        base, after = dev_correct(cfg, cfg.model, SIZES[-1]), dev_correct(cfg, sft["checkpoint"], SIZES[-1])
+        # fp32, as the headline measurement decodes (experiments.stages.measure)
+        base, after = (dev_correct(cfg, m, SIZES[-1], "fp32") for m in (cfg.model, sft["checkpoint"]))
         measure_s.append(round(time.time() - t, 1))
         for n in SIZES:
             gains[n].append(mean_and_se([y - x for x, y in zip(base[:n], after[:n])]))  # paired per problem

@@ -36,15 +36,16 @@ CANDIDATES = [(24, 2e-4), (18, 2e-4), (16, 3e-4)]
 RESULTS = ROOT / "bench" / "results" / "quick_sft_dev.jsonl"
 
 
-def dev_correct(cfg: PipelineConfig, model: str) -> list[float]:
-    """Greedy rewards on ``n_eval`` dev problems (the headline measure's tasks, dev split)."""
+def dev_correct(cfg: PipelineConfig, model: str, n: int | None = None, dtype: str | None = None) -> list[float]:
+    """Greedy rewards on the first ``n`` (default ``n_eval``) dev problems (the headline measure's tasks,
+    dev split), decoded in ``dtype`` (default: the test table's, ``eval_dtype``)."""
     from posttrain.data.synthetic import arithmetic_tasks
     from posttrain.engines.base import SamplingParams
     from posttrain.engines.hf import HFGenerator
     from posttrain.envs.base import make_env
 
-    tasks = arithmetic_tasks(cfg.n_eval, cfg.seed + 2, "dev", max_digits=cfg.max_digits)
-    gen = HFGenerator.from_spec(model, batch_size=cfg.eval_batch_size, dtype=eval_dtype(cfg), greedy_in_dtype=True)
+    tasks = arithmetic_tasks(n or cfg.n_eval, cfg.seed + 2, "dev", max_digits=cfg.max_digits)
+    gen = HFGenerator.from_spec(model, batch_size=cfg.eval_batch_size, dtype=dtype or eval_dtype(cfg), greedy_in_dtype=True)
     comps = gen.generate([t.messages for t in tasks], SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=0.0))
     env = make_env("math")
     return [env.verify(t, [{"role": "assistant", "content": c[0].text}]).reward for t, c in zip(tasks, comps)]
