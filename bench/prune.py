@@ -4,10 +4,12 @@
         [--distill-steps 60] [--search-steps 10] [--n-eval 100] [--data a.jsonl ...] [--no-record]
     python bench/prune.py --smoke --no-record        # tiny Llama, tiny budgets: the code path only
     python bench/prune.py --teacher ... --params 1.0e8 --distill-steps 120 --variants width   # a budget study
+    python bench/prune.py --teacher ... --seed 1 --work <the seed-0 run's folder>   # another seed, same search
 
 For each ``--params`` target, the teacher (an SFT checkpoint; it is also the model pruned) is cut by
 three architectures, each distilled from it for the same ``--distill-steps`` × ``--batch``
-conversations (``posttrain distill-logits``'s stage, top-``--topk`` teacher cache, one data order):
+conversations (``posttrain distill-logits``'s stage, top-``--topk`` teacher cache, the data order of
+``--seed``):
 
 * **width**: ``mlp_hidden`` only; **depth**: ``layers`` only;
 * **searched**: the pick of ``posttrain prune-search`` (compress/search.py) over its default
@@ -59,6 +61,9 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--search-steps", type=int, default=10, help="distillation steps per prune-search candidate")
     ap.add_argument("--batch", type=int, default=16, help="conversations per step")
     ap.add_argument("--lr", type=float, default=1e-4)
+    ap.add_argument("--seed", type=int, default=0,
+                    help="training seed of every distillation and SFT-control run: their batch order (the "
+                         "search, the held-out rows and the test tasks stay those of seed 0)")
     ap.add_argument("--topk", type=int, default=64, help="teacher top-k (cached once per target)")
     ap.add_argument("--data", nargs="*", default=[], help="SFT JSONL to distil on (default: --n-data arithmetic rows)")
     ap.add_argument("--n-data", type=int, default=1000)
@@ -198,7 +203,12 @@ def run_target(p: float, args: argparse.Namespace, data: list[str], held: list[A
                             calibration={"path": data[0], "samples": 8 if args.smoke else 64},
                             distill={**budget, "topk": args.topk})
     chosen = finished_search(cfg) or run_search(cfg).chosen.name
-    long = cfg.distill.model_copy(update={"train": cfg.distill.train.model_copy(update={"steps": args.distill_steps})})
+    # a seed moves the batch order only: split_seed keeps seed 0's held-out rows, so every seed is
+    # scored on the rows the search ranked on and shares the one teacher cache of those rows
+    long = cfg.distill.model_copy(update={
+        "train": cfg.distill.train.model_copy(update={"steps": args.distill_steps, "seed": args.seed}),
+        "data": cfg.distill.data.model_copy(update={"split_seed": 0})})
+    runs_dir = work if args.seed == 0 else work / f"seed_{args.seed}"
     cfg_long = cfg.model_copy(update={"distill": long})
     # the pick may be width or depth: then that run is the searched one, trained once
     alias = {"searched": v for v, name in VARIANTS.items() if name == chosen}
@@ -208,18 +218,18 @@ def run_target(p: float, args: argparse.Namespace, data: list[str], held: list[A
     for variant, name in {**VARIANTS, "searched": chosen}.items():
         if variant in train:
             pruned = Path(cfg.out) / "candidates" / name / "model"
-            runs[variant] = str(train_distill_logits(distill_config(cfg_long, pruned, work / variant), False).checkpoint)
+            runs[variant] = str(train_distill_logits(distill_config(cfg_long, pruned, runs_dir / variant), False).checkpoint)
     runs.update({v: runs[alias[v]] for v in wanted if v in alias})
     runs = {v: runs[v] for v in wanted}
     if "sft_control" in args.variants:
-        sft = SFTConfig(model=str(Path(cfg.out) / "candidates" / chosen / "model"), run_dir=str(work / "sft_control"),
+        sft = SFTConfig(model=str(Path(cfg.out) / "candidates" / chosen / "model"), run_dir=str(runs_dir / "sft_control"),
                         data=long.data, optim=long.optim, moe=long.moe,
                         train=SFTTrainConfig(**long.train.model_dump()))
         runs["sft_control"] = str(train_sft(sft, progress=False).checkpoint)
     scored: dict[str, dict[str, Any]] = {}  # the searched run may be the width or depth one: scored once
     scores = {v: scored.setdefault(ckpt, score(ckpt, args, held)) if ckpt not in scored else scored[ckpt]
               for v, ckpt in runs.items()}
-    return {"params_target": p, "searched": chosen, "search": json.loads((Path(cfg.out) / "search.json").read_text()),
+    return {"params_target": p, "seed": args.seed, "searched": chosen, "search": json.loads((Path(cfg.out) / "search.json").read_text()),
             "checkpoints": runs, "scores": scores}
 
 

@@ -22,6 +22,10 @@ class SFTDataConfig(StrictModel):
     validation: list[str] = Field(default_factory=list)
     """Held-out JSONL files; if empty, ``val_frac`` of the training rows are held out."""
     val_frac: float = Field(0.05, ge=0, lt=1)
+    split_seed: int | None = None
+    """Seed of the ``val_frac`` hold-out (the rows are shuffled by it before the cut). None: the
+    training seed, as before. Set it to keep the same held-out rows while ``train.seed`` varies the
+    batch order, so that seeds are compared on one held-out set (bench/prune.py's seeds)."""
     max_seq_len: int = Field(512, ge=16)
     """Packed row length. Longer rows waste attention FLOPs on the block mask: 512 measured fastest on CPU."""
     pack: Literal["auto", "on", "off"] = "auto"

@@ -74,8 +74,8 @@ def load_sft_data(cfg: SFTConfig, tokenizer: Any) -> SFTData:
         rows, report = read_conversations(spec.path, on_error=cfg.data.on_error)
         if report.bad:
             print(f"[data] {spec.path}: {report.summary()}")
-        rng = random.Random(cfg.train.seed + i)
-        rng.shuffle(rows)
+        split_seed = cfg.train.seed if cfg.data.split_seed is None else cfg.data.split_seed
+        random.Random(split_seed + i).shuffle(rows)
         if not cfg.data.validation and cfg.data.val_frac > 0:
             n_val = max(1, int(len(rows) * cfg.data.val_frac))
             held.extend(rows[:n_val])

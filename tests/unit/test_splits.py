@@ -126,6 +126,7 @@ REPORTING_ONLY = {
                                "calibration text, not on these problems",
     "bench/results_row.py": "names the splits a row may record (provenance); reads none",
     "bench/curation_vs_unfiltered.py": "its row records that measure()'s accuracies are on test; chooses nothing",
+    "bench/prune_seeds.py": "bench/prune.py's test rows of several seeds, averaged and reported; chooses nothing",
     "bench/prune.py": "the pruned variants' recovery on test, reported; the searched architecture is chosen by "
                       "prune-search on held-out rows of the distillation data, never on test",
     "bench/eval_precision.py": "counts how many greedy answers bf16 moves on the headline problems; chooses nothing",
