@@ -62,8 +62,9 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--batch", type=int, default=16, help="conversations per step")
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--seed", type=int, default=0,
-                    help="training seed of every distillation and SFT-control run: their batch order (the "
-                         "search, the held-out rows and the test tasks stay those of seed 0)")
+                    help="training seed of every distillation and SFT-control run: their batch order and the rows "
+                         "given reasoning-format transforms (the search, the held-out rows and the test tasks stay "
+                         "those of seed 0)")
     ap.add_argument("--topk", type=int, default=64, help="teacher top-k (cached once per target)")
     ap.add_argument("--data", nargs="*", default=[], help="SFT JSONL to distil on (default: --n-data arithmetic rows)")
     ap.add_argument("--n-data", type=int, default=1000)
@@ -203,8 +204,8 @@ def run_target(p: float, args: argparse.Namespace, data: list[str], held: list[A
                             calibration={"path": data[0], "samples": 8 if args.smoke else 64},
                             distill={**budget, "topk": args.topk})
     chosen = finished_search(cfg) or run_search(cfg).chosen.name
-    # a seed moves the batch order only: split_seed keeps seed 0's held-out rows, so every seed is
-    # scored on the rows the search ranked on and shares the one teacher cache of those rows
+    # a seed moves the batch order (and which rows get the reasoning-format transforms): split_seed
+    # keeps seed 0's held-out rows, so every seed is scored on the rows the search ranked on
     long = cfg.distill.model_copy(update={
         "train": cfg.distill.train.model_copy(update={"steps": args.distill_steps, "seed": args.seed}),
         "data": cfg.distill.data.model_copy(update={"split_seed": 0})})
@@ -218,7 +219,13 @@ def run_target(p: float, args: argparse.Namespace, data: list[str], held: list[A
     for variant, name in {**VARIANTS, "searched": chosen}.items():
         if variant in train:
             pruned = Path(cfg.out) / "candidates" / name / "model"
-            runs[variant] = str(train_distill_logits(distill_config(cfg_long, pruned, runs_dir / variant), False).checkpoint)
+            dcfg = distill_config(cfg_long, pruned, runs_dir / variant)
+            if args.seed != 0 and dcfg.teacher.cache is not None:
+                # the seed also draws which rows get the reasoning-format transforms, so the trained rows
+                # (and the teacher's logits on them) differ: one cache per seed, the search's for seed 0
+                dcfg = dcfg.model_copy(update={"teacher": dcfg.teacher.model_copy(
+                    update={"cache": str(runs_dir / Path(dcfg.teacher.cache).name)})})
+            runs[variant] = str(train_distill_logits(dcfg, False).checkpoint)
     runs.update({v: runs[alias[v]] for v in wanted if v in alias})
     runs = {v: runs[v] for v in wanted}
     if "sft_control" in args.variants:
