@@ -53,3 +53,26 @@ def test_smoke_run_of_one_variant_trains_and_scores_only_it(tmp_path):
                             "--no-record", "--variants", "width"], capture_output=True, text=True, check=True, cwd=ROOT)
     assert "this search is finished, its pick" in again.stdout and "[prune-search]" not in again.stdout
     assert again.stdout.strip().splitlines()[-1] == last
+
+
+@pytest.mark.slow
+def test_a_second_seed_reuses_the_search_and_prune_seeds_reads_both_rows(tmp_path):
+    """``--seed 1`` in the seed-0 run's folder: the search is read back, seed 1 trains under seed_1/
+    with its own teacher cache (its transformed rows differ), on the same held-out rows and test
+    tasks; bench/prune_seeds.py then averages the two rows."""
+    results = tmp_path / "prune.jsonl"
+    base = [sys.executable, str(ROOT / "bench" / "prune.py"), "--smoke", "--work", str(tmp_path / "w"),
+            "--results", str(results), "--variants", "width", "sft_control"]
+    subprocess.run(base, capture_output=True, text=True, check=True, cwd=ROOT)
+    out = subprocess.run(base + ["--seed", "1"], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert "this search is finished, its pick" in out.stdout
+    work = next((tmp_path / "w").glob("params_*"))
+    assert (work / "seed_1" / "width").is_dir() and (work / "seed_1" / "sft_control").is_dir()
+    assert list((work / "seed_1").glob("teacher_top*.safetensors"))
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    assert [r["targets"][0]["seed"] for r in rows] == [0, 1]
+    assert rows[0]["teacher"]["tasks"] == rows[1]["teacher"]["tasks"]
+    both = subprocess.run([sys.executable, str(ROOT / "bench" / "prune_seeds.py"), "--rows", "1", "2", "--source",
+                           str(results), "--params", "8.0e4", "--no-record"], capture_output=True, text=True,
+                          check=True, cwd=ROOT)
+    assert both.stdout.strip().splitlines()[-1].startswith("RESULT prune_seeds: ") and "2 seeds 0, 1" in both.stdout
