@@ -219,12 +219,9 @@ def run_target(p: float, args: argparse.Namespace, data: list[str], held: list[A
     for variant, name in {**VARIANTS, "searched": chosen}.items():
         if variant in train:
             pruned = Path(cfg.out) / "candidates" / name / "model"
-            dcfg = distill_config(cfg_long, pruned, runs_dir / variant)
-            if args.seed != 0 and dcfg.teacher.cache is not None:
-                # the seed also draws which rows get the reasoning-format transforms, so the trained rows
-                # (and the teacher's logits on them) differ: one cache per seed, the search's for seed 0
-                dcfg = dcfg.model_copy(update={"teacher": dcfg.teacher.model_copy(
-                    update={"cache": str(runs_dir / Path(dcfg.teacher.cache).name)})})
+            # the seed also draws which rows get the reasoning-format transforms, so the trained rows
+            # (and the teacher's logits on them) differ: one cache per seed, the search's for seed 0
+            dcfg = distill_config(cfg_long, pruned, runs_dir / variant, cache_dir=runs_dir if args.seed else None)
             runs[variant] = str(train_distill_logits(dcfg, False).checkpoint)
     runs.update({v: runs[alias[v]] for v in wanted if v in alias})
     runs = {v: runs[v] for v in wanted}

@@ -7,7 +7,8 @@ seed is seed 0). The rows must share the teacher's test scores task for task (on
 and the training settings, and differ in seed; otherwise the command stops and says which differs.
 
 Per seed, paired over the same test tasks (points, ± paired se): distilled (the searched variant) −
-SFT control, width − depth, distilled − teacher; and each variant's pooled recovery. Over seeds: the
+SFT control, searched − width (unless the search picked the width cut), width − depth, distilled −
+teacher; and each variant's pooled recovery. Over seeds: the
 mean ± sqrt(Σ se²)/n from the seeds' paired errors (eval/compare.py: ``mean_over_runs``), and the
 standard error between seeds (sd/√n of the seeds' figures): the second says how much the batch order
 alone moves a result. The last line is ``RESULT prune_seeds: <searched recovery> % ...``; the row goes
@@ -34,6 +35,7 @@ RESULTS = ROOT / "bench" / "results" / "prune_seeds.jsonl"
 # bench/prune.py's settings that must agree between the seeds' rows (seed and bookkeeping may differ)
 SAME = ("distill_steps", "search_steps", "batch", "lr", "topk", "n_eval", "max_new_tokens", "envs")
 COMPARISONS = (("distilled − SFT control", "searched", "sft_control"),
+               ("searched − width", "searched", "width"),
                ("width − depth", "width", "depth"),
                ("distilled − teacher", "searched", "teacher"))
 
@@ -82,7 +84,8 @@ def summarise(seeds: list[dict[str, Any]]) -> dict[str, Any]:
 
     out: dict[str, Any] = {"seeds": [s["seed"] for s in seeds], "comparisons": {}, "recovery": {}}
     for name, a, b in COMPARISONS:
-        if all(a in s["tasks"] and b in s["tasks"] for s in seeds):
+        # searched − width is left out where the search picked the width cut (the same run twice)
+        if all(a in s["tasks"] and b in s["tasks"] for s in seeds) and any(s["tasks"][a] != s["tasks"][b] for s in seeds):
             gains = [paired_gain(s["tasks"][b], s["tasks"][a]) for s in seeds]
             out["comparisons"][name] = over([(100 * g.gain, 100 * g.se) for g in gains])
     for v in seeds[0]["recovery"]:

@@ -86,11 +86,12 @@ def candidate_sizes(hf_config: Any, cfg: PruneSearchConfig) -> dict[str, Sizes]:
     return out
 
 
-def distill_config(cfg: PruneSearchConfig, student: Path, run_dir: Path) -> DistillLogitsConfig:
+def distill_config(cfg: PruneSearchConfig, student: Path, run_dir: Path, cache_dir: Path | None = None) -> DistillLogitsConfig:
     """The ``posttrain distill-logits`` config of one candidate: the search's budget, the unpruned model
-    as teacher, the shared top-k cache when ``distill.topk`` is set."""
+    as teacher, the shared top-k cache when ``distill.topk`` is set (in ``cache_dir``, default the
+    search's folder: a run whose trained rows differ, another seed, needs its own)."""
     d, k = cfg.distill, cfg.distill.topk
-    cache = None if k is None else str(Path(cfg.out) / f"teacher_top{k}.safetensors")
+    cache = None if k is None else str(Path(cache_dir or cfg.out) / f"teacher_top{k}.safetensors")
     return DistillLogitsConfig(model=str(student), run_dir=str(run_dir),
                                teacher=LogitTeacherConfig(model=cfg.model, topk=k, cache=cache),
                                loss=d.loss, data=d.data, optim=d.optim, moe=d.moe, train=d.train)

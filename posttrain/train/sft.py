@@ -70,11 +70,11 @@ def load_sft_data(cfg: SFTConfig, tokenizer: Any) -> SFTData:
     if not cfg.data.train:
         raise DataError("no training data: set data.train (a list of {path, weight}) in the config")
     train, weights, held = [], [], []
+    split_seed = cfg.train.seed if cfg.data.split_seed is None else cfg.data.split_seed
     for i, spec in enumerate(cfg.data.train):
         rows, report = read_conversations(spec.path, on_error=cfg.data.on_error)
         if report.bad:
             print(f"[data] {spec.path}: {report.summary()}")
-        split_seed = cfg.train.seed if cfg.data.split_seed is None else cfg.data.split_seed
         random.Random(split_seed + i).shuffle(rows)
         if not cfg.data.validation and cfg.data.val_frac > 0:
             n_val = max(1, int(len(rows) * cfg.data.val_frac))

@@ -67,3 +67,18 @@ def test_rows_of_another_teacher_settings_or_a_repeated_seed_are_refused():
         b.per_seed([ok, _row(0, dict(TEACHER), dict(TEACHER))], 1.0e8)
     with pytest.raises(SystemExit, match="no ≤ 7e\\+07 target"):
         b.per_seed([ok], 7.0e7)
+
+
+def test_searched_minus_width_only_when_the_search_picked_another_cut():
+    b = _bench()
+
+    def with_width(row, width):
+        row["targets"][0]["scores"]["width"] = {"tasks": width, "nll": 0.1, "recovery": {"pooled": [50.0, 5.0]}}
+        return row
+
+    same = {"a/1": 1, "a/2": 1, "a/3": 0, "a/4": 0}
+    picked_width = [with_width(_row(0, dict(same), dict(same)), dict(same))]
+    assert "searched − width" not in b.summarise(b.per_seed(picked_width, 1.0e8))["comparisons"]
+    other = [with_width(_row(0, dict(same), dict(same)), {"a/1": 1, "a/2": 0, "a/3": 0, "a/4": 0})]
+    got = b.summarise(b.per_seed(other, 1.0e8))["comparisons"]["searched − width"]
+    assert got["per_seed"][0][0] == pytest.approx(25.0)
