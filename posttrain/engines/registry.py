@@ -28,7 +28,7 @@ def _hf(cfg: HFEngineConfig, model: Any, tokenizer: Any, batch_size: int) -> Any
 
     decision = resolve(cfg.dtype, "sampling", str(next(model.parameters()).device))
     return HFGenerator(model, tokenizer, batch_size=batch_size, max_prefill_tokens=cfg.max_prefill_tokens,
-                       dtype=decision.precision)
+                       dtype=decision.precision, static_cache=cfg.static_cache)
 
 
 # Engines behind an optional extra register themselves when their module is imported; importing it

@@ -46,6 +46,10 @@ def test_registry_has_hf_and_builds_it(tiny):
     assert isinstance(gen, HFGenerator) and gen.batch_size == 4
     out = gen.generate(PROMPTS[:1], SamplingParams(max_new_tokens=3, seed=0))
     assert len(out) == 1 and len(out[0][0].token_ids) == len(out[0][0].logprobs) <= 3
+    assert gen.static_cache  # the default; the config turns it off
+    off = make_engine({"type": "hf", "static_cache": False}, tiny.model, tiny.tokenizer, batch_size=4)
+    assert not off.static_cache
+    assert off.generate(PROMPTS[:1], SamplingParams(max_new_tokens=3, seed=0))[0][0].token_ids == out[0][0].token_ids
 
 
 def test_bf16_sampling_copy_follows_the_trained_weights():
