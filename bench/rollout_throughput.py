@@ -17,10 +17,12 @@ batch, so a decode step cannot beat ``bytes_read / bandwidth`` seconds. The benc
    the batch stays at B) and times decode alone: (time of a full generation − time of a 1-token
    generation, i.e. the prefill) / decoded tokens.
 
-Levers measured, each at every batch, interleaved round by round: fp32 sampling weights and bf16
-sampling weights (an fp32 policy's bf16 copy; ``rollout.engine.dtype: auto``, the default, picks it
+Levers measured, each at every batch, interleaved round by round: the static-cache decode loop
+(``engines/static_llama.py``, the default for Llama modules) against the ``DynamicCache`` loop it
+replaced (``bf16-dyn``, bf16 weights); fp32 sampling weights and bf16 sampling weights (an fp32 policy's bf16 copy; ``rollout.engine.dtype: auto``, the default, picks it
 where the precision probe says bf16 is faster); the bf16 row reports the log-prob error against fp32 on the fp32 engine's own samples
-(teacher-forced). Also timed once at the largest batch: the share of a decode step spent in the
+(teacher-forced). Also profiled once at the largest batch in bf16: ms a step in the matmuls, in
+attention, in other ops and outside ops. And timed once: the share of a decode step spent in the
 sampler (``sample_next`` over the logits), which bounds what a fused sampler could win. Threads
 are measured by bench/threads.py.
 
@@ -120,6 +122,32 @@ def sampler_share(gen: Any, batch: int, new_tokens: int) -> float:
     return spent[0] / dt
 
 
+def step_profile(gen: Any, batch: int, new_tokens: int) -> dict[str, float]:
+    """Where a decode step's time goes, by torch profiler self time in ms per step: the matmuls of
+    the layers and LM head, attention's batched matmuls and softmax, the other ops, and the rest of
+    the wall time (Python, waits). A full generation minus a 1-token one (the prefill), as above."""
+    from torch.profiler import profile
+
+    buckets = {"matmuls": ("mkldnn::_linear_pointwise", "aten::mm", "aten::addmm"),
+               "attention": ("aten::bmm", "aten::baddbmm", "aten::_softmax",
+                             "aten::_scaled_dot_product_flash_attention_for_cpu")}
+
+    def one(tokens: int) -> dict[str, float]:
+        with profile() as prof:
+            t = time.perf_counter()
+            timed_generate(gen, prompts_for(batch), tokens, seed=98)
+            wall = (time.perf_counter() - t) * 1e3
+        out = {k: 0.0 for k in (*buckets, "other ops")}
+        for e in prof.key_averages():
+            out[next((k for k, ops in buckets.items() if e.key in ops), "other ops")] += e.self_cpu_time_total / 1e3
+        out["python and waits"] = wall - sum(out.values())
+        out["wall (profiled)"] = wall
+        return out
+
+    full, prefill = one(new_tokens), one(1)
+    return {k: (full[k] - prefill[k]) / (new_tokens - 1) for k in full}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="embedded")
@@ -147,7 +175,10 @@ def main() -> None:
     loaded = load_model(args.model, device="cpu", dtype=torch.float32)
     model, tok = loaded.model, loaded.tokenizer
     engines = {"fp32": HFGenerator(model, tok, batch_size=max(batches)),
-               "bf16": HFGenerator(model, tok, batch_size=max(batches), dtype="bf16")}
+               "bf16": HFGenerator(model, tok, batch_size=max(batches), dtype="bf16"),
+               # the anchor: the same engine on transformers' DynamicCache forward (the loop before
+               # engines/static_llama.py; what every non-Llama model still decodes with)
+               "bf16-dyn": HFGenerator(model, tok, batch_size=max(batches), dtype="bf16", static_cache=False)}
     if args.vllm_server:
         from posttrain.engines.vllm_server import VLLMServerGenerator
 
@@ -170,6 +201,7 @@ def main() -> None:
                     samples[b] = out
     lp_err = logprob_error(engines["bf16"].model, samples[max(batches)][:8], engines["fp32"].pad_id)
     share = sampler_share(engines["fp32"], max(batches), 16)
+    profiled = step_profile(engines["bf16"], max(batches), args.new_tokens)
     load_after = os.getloadavg()[0]
 
     n_params = sum(p.numel() for p in model.parameters())
@@ -202,6 +234,8 @@ def main() -> None:
     print(f"bf16 sampling weights: mean |log-prob − fp32 sampler's| = {lp_err:.4f} nat/token (8 rows of batch "
           f"{max(batches)}, teacher-forced)")
     print(f"sampler share of decode time (fp32, batch {max(batches)}): {100 * share:.1f}% (bounds a fused sampler's gain)")
+    print(f"one bf16 decode step at batch {max(batches)}, ms (torch profiler, prefill subtracted): "
+          + ", ".join(f"{k} {v:.1f}" for k, v in profiled.items()))
     from posttrain.models.precision import resolve
 
     default = resolve("auto", "sampling").precision  # what rollout.engine.dtype=auto samples with here
@@ -212,7 +246,7 @@ def main() -> None:
     row = {"bench": "rollout_throughput",
            "kind": "bandwidth_limit", "model": args.model, "args": vars(args), "bandwidth_read_gbs": read_gbs,
            "bandwidth_copy_gbs": copy_gbs, "peak_gflops": peak, "prompt_tokens": prompt_len, "table": table,
-           "bf16_logprob_error": lp_err, "sampler_share": share, "default_sampling_weights": default,
+           "bf16_logprob_error": lp_err, "sampler_share": share, "bf16_step_profile_ms": profiled, "default_sampling_weights": default,
            **provenance("none", machine(load_before, load_after, threads=args.threads))}  # made-up prompts, timed
     if not args.no_save:
         append_row(RESULTS, row)
