@@ -228,8 +228,8 @@ class PackedWeights:
     model's shapes a prepacked weight runs the same kernel ~25% faster with bit-identical outputs
     (576x1536: 0.158 -> 0.127 ms; LM head 6.5 -> 4.9 ms; measured 2026-12-05, one AVX-512-bf16 core).
     Only bf16 modules with no hooks and no biases qualify; ``fresh`` tells a stale pack (any weight
-    changed in place since packing, e.g. by an optimizer step or ``update_weights``) by the
-    parameters' version counters.
+    changed in place since packing, e.g. by an optimizer step or ``update_weights``, or replaced)
+    by the parameters' version counters and storage addresses.
     """
 
     def __init__(self, model: Any, rows_hint: int = 32) -> None:
@@ -270,8 +270,10 @@ class PackedWeights:
         return True
 
     @staticmethod
-    def versions(model: Any) -> tuple[int, ...]:
-        return tuple(p._version for p in model.parameters())
+    def versions(model: Any) -> tuple[tuple[int, int], ...]:
+        """Each parameter's storage address and in-place version: an optimizer step or ``copy_``
+        bumps the version, ``p.data = new`` (train/master_weights.py) changes the address."""
+        return tuple((p.data_ptr(), p._version) for p in model.parameters())
 
     def fresh(self, model: Any) -> bool:
         return self.versions(model) == self.signature

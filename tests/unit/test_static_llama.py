@@ -128,6 +128,11 @@ def test_weight_update_repacks(tiny):
     fresh = HFGenerator(model, tiny.tokenizer, dtype="bf16", greedy_in_dtype=True).generate(msgs, greedy)[0][0]
     assert after.token_ids == fresh.token_ids and after.logprobs == fresh.logprobs
     assert after.token_ids != before.token_ids
+    # a weight replaced rather than changed in place (``p.data = ...``) also repacks
+    bf16 = gen.model
+    pack = gen._packed(bf16)
+    bf16.lm_head.weight.data = bf16.lm_head.weight.data.clone().neg_()
+    assert gen._packed(bf16) is not pack
 
 
 @pytest.mark.parametrize("vocab", [3, 256, 1000, 49152])
