@@ -43,9 +43,9 @@ bench/results/grpo_vs_trl.jsonl. Run: ``python bench/grpo_vs_trl.py [--steps 2] 
 [--precisions fp32,bf16] [--repeats 3]``.
 The machine is shared: the load average before and after is recorded with the figures.
 
-Latest result (2026-12-01, idle 2-core CPU, load 1.9 -> 1.0, 1 thread, perf_suite.sh): equal work
-posttrain 22.2 s/step (bf16 sampling weights: generate 3.3, train 18.8; 32 of 32 trained) vs TRL
-73.3 s/step: 3.30x; skip mode 6.6 s/step (8 of 32 trained): 11.18x. See docs/benchmarks.md.
+Latest result (2026-12-05, idle 2-core CPU, 1 thread, 3 interleaved repeats, equal work and equal
+precision, row 8): fp32 3.29 ± 0.07x (posttrain 13.1 s/step vs TRL 42.9), bf16 4.44 ± 0.07x (8.8 vs
+39.2). See docs/benchmarks.md, "GRPO step vs TRL".
 """
 
 from __future__ import annotations
