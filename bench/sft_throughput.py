@@ -15,9 +15,6 @@ Trainers (same batches, same initial weights, same optimizer):
 * ``posttrain auto``: the same step in the precision ``precision: auto`` picks for SFT from this
   run's peaks (``models/precision.py``; bf16 autocast where bf16 is >= 1.3x faster), with the
   attention the training loop then uses (eager in bf16 on the CPU: ``attention_for``);
-* ``posttrain auto, per-row autocast`` (only when auto is bf16): the step as the loop ran it before
-  2026-12-05, one autocast context per packed row (the weights cast to bf16 once a row) instead of
-  one for the whole step (cast once a step); run just before ``posttrain auto``;
 * ``posttrain bf16, sdpa`` (only when auto is bf16): bf16 with torch's sdpa attention, the lever's
   other side;
 * ``posttrain bf16_master`` (``--bf16-master``): ``train.precision: bf16_master`` — bf16 weights, no
@@ -38,7 +35,6 @@ Appends one JSON line to bench/results/sft_throughput.jsonl.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import statistics
 import sys
@@ -117,7 +113,6 @@ def make_optimizer(params):
 
 
 MASTER = "posttrain bf16_master"
-PER_ROW_AUTOCAST = [False]  # True while the "posttrain auto, per-row autocast" trainer runs
 
 
 def fresh(model, init, trainer: str):
@@ -156,22 +151,18 @@ def anchor_step(model, opt, examples, pad_id: int) -> int:
 def posttrain_step(model, opt, examples, pad_id: int, seq: int, precision: str, master=None) -> int:
     from posttrain.algos.losses import LossInputs, make_loss
     from posttrain.data.packing import pack_examples
-    from posttrain.train.autocast import autocast, autocast_off
+    from posttrain.train.autocast import autocast
     from posttrain.train.supervised import row_logprobs
 
     rows = pack_examples(examples, seq, pad_id)
     n_targets = sum(r.n_target_tokens for r in rows)
     ce = make_loss("ce")  # what the SFT stage runs per micro-batch (train/sft.py, train/loop.py)
     opt.zero_grad(set_to_none=True)
-    # as train/loop.py's update: one autocast region for the step (weights cast once), backward
-    # inside it with autocast off; ``per_row_autocast`` is the loop before that change
-    with autocast(precision, "cpu") if not PER_ROW_AUTOCAST[0] else contextlib.nullcontext():
-        for r in rows:
-            with autocast(precision, "cpu"):
-                logprobs_BT, mask_BT = row_logprobs(model, r.to_tensors())
-                loss = ce(LossInputs(logprobs_BT, mask_BT, num_tokens=n_targets)).loss
-            with autocast_off(precision, "cpu"):
-                loss.backward()
+    for r in rows:
+        with autocast(precision, "cpu"):
+            logprobs_BT, mask_BT = row_logprobs(model, r.to_tensors())
+            loss = ce(LossInputs(logprobs_BT, mask_BT, num_tokens=n_targets)).loss
+        loss.backward()
     if master is not None:  # bf16_master (train/loop.py: update): bf16 grads → fp32 masters → AdamW → bf16 weights
         master.grads_to_masters()
     opt.step() if master is None else master.step(opt)
@@ -226,14 +217,6 @@ def main() -> int:
     }
     if precision == "bf16":  # the attention lever, measured: bf16 with torch's sdpa kernel
         trainers["posttrain bf16, sdpa"] = lambda ex: posttrain_step(model, opt, ex, pad_id, args.seq, "bf16")
-    if precision == "bf16":  # the loop before one autocast region per step: weights cast per row
-        def per_row(ex):
-            PER_ROW_AUTOCAST[0] = True
-            try:
-                return posttrain_step(model, opt, ex, pad_id, args.seq, precision)
-            finally:
-                PER_ROW_AUTOCAST[0] = False
-        trainers["posttrain auto, per-row autocast"] = with_attention(auto_attention, per_row)
     trainers[f"posttrain auto ({precision})"] = with_attention(
         auto_attention, lambda ex: posttrain_step(model, opt, ex, pad_id, args.seq, precision))
     if args.bf16_master:  # eager attention: what attention_for picks for it on the CPU (rows <= 512)
@@ -296,9 +279,6 @@ def main() -> int:
     speedup = auto["tokens_per_s"] / results["anchor"]["tokens_per_s"]
     print(f"posttrain auto ({precision}, {auto_attention} attention) / anchor: {speedup:.2f}×; / posttrain fp32: "
           f"{auto['tokens_per_s'] / results['posttrain fp32']['tokens_per_s']:.2f}×")
-    if "posttrain auto, per-row autocast" in results:
-        print(f"posttrain auto / per-row autocast: "
-              f"{auto['tokens_per_s'] / results['posttrain auto, per-row autocast']['tokens_per_s']:.2f}×")
     if MASTER in results:
         print(f"posttrain bf16_master / posttrain auto ({precision}): "
               f"{results[MASTER]['tokens_per_s'] / auto['tokens_per_s']:.2f}× (same batches, same run)")

@@ -29,13 +29,3 @@ def autocast(precision: str, device: str):
     if precision == "bf16":
         return torch.autocast(device_type="cuda" if device.startswith("cuda") else "cpu", dtype=torch.bfloat16)
     return contextlib.nullcontext()
-
-
-def autocast_off(precision: str, device: str):
-    """Autocast switched off inside an autocast region (for ``backward``): the region's cast cache
-    survives, because torch clears it only when the outermost autocast context exits."""
-    import torch
-
-    if precision == "bf16":
-        return torch.autocast(device_type="cuda" if device.startswith("cuda") else "cpu", enabled=False)
-    return contextlib.nullcontext()

@@ -36,7 +36,6 @@ checkpoint that cannot be written (disk full) or read back says which one and wh
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -131,7 +130,6 @@ class Trainer:
     precision: Any = None  # models.precision.Decision: what ran and why (logged with the first step)
     ranks: Any = None  # sharding.Ranks in a sharded trainer (scale.trainer.count > 1), else None
     master: Any = None  # master_weights.MasterWeights under precision bf16_master, else None
-    amp_off: Callable[[], Any] = contextlib.nullcontext  # autocast off inside ``amp`` (backward passes)
 
     @property
     def run_dir(self) -> Path:
@@ -163,7 +161,7 @@ def setup(cfg: StageConfig, lora: LoRAConfig | None = None, freeze_routers: bool
     from posttrain.train.metrics import MetricsLogger, truncate_metrics
     from posttrain.models.precision import attention_for
     from posttrain.train import sharding
-    from posttrain.train.autocast import autocast, autocast_off, decide_precision
+    from posttrain.train.autocast import autocast, decide_precision
     from posttrain.train.master_weights import MasterWeights, refusal
 
     run_dir, loop, ranks = Path(cfg.run_dir), cfg.train, sharding.current()
@@ -214,7 +212,7 @@ def setup(cfg: StageConfig, lora: LoRAConfig | None = None, freeze_routers: bool
         truncate_metrics(run_dir, start if resume_from is not None else None)
         log = MetricsLogger(run_dir, loop.tensorboard, loop.wandb_project, cfg.model_dump(mode="json"))  # type: ignore[attr-defined]
     return Trainer(cfg, model, tok, device, opt, params, lambda: autocast(precision, device), monitor, log,
-                   start, resume_from, state, decision, ranks, master, lambda: autocast_off(precision, device))
+                   start, resume_from, state, decision, ranks, master)
 
 
 def _load(spec: str, seed: int, lora: LoRAConfig | None, resume_from: Path | None, main: bool, dtype: Any = None
@@ -394,38 +392,30 @@ def update(t: Trainer, stage: Stage, micro: list[Any], loss_fn: Callable[[Any], 
     weights: dict[str, float] = {}  # per metric: micro-batches may report different metrics (RL's anchor rows)
     loss_total = lb_total = 0.0
     loads: dict[str, Any] = {}
-    # One autocast region around every micro-batch of the step: under bf16 autocast the weights' bf16
-    # casts are cached until the outermost region exits, so they are made once a step instead of once
-    # a micro-batch (the same gradients to the bit, tests/unit/test_loop_autocast.py). It saves little
-    # where casts are a small share: 1.01x SFT tokens/s at the bench's few packed rows a step
-    # (docs/benchmarks.md); more micro-batches a step save more. Backward runs with autocast off
-    # inside it, as it would outside. Not in a sharded trainer: FSDP2 frees the gathered weights.
-    with (t.amp() if t.ranks is None else contextlib.nullcontext()):
-        for mb in sharding.share(micro, t.ranks):
-            threads.govern()  # fewer threads while other processes use the cores (models/threads.py)
-            padding = mb is None  # this rank's share is short: the same passes as the others, no gradient
-            mb = next(m for m in micro if m is not None) if padding else mb
-            with t.amp():
-                x = stage.loss_inputs(t.model, mb)
-                out = loss_fn(x)
-                loss = out.loss * 0.0 if padding else out.loss
-                if lb_coef:  # a micro-batch of model inputs (a dict) gives its attention mask, if any
-                    lb = t.monitor.load_balancing_loss(mb.get("attention_mask") if isinstance(mb, dict) else None)
-                    loss = loss + lb_coef * lb / len(micro)
-                    lb_total += float(lb.detach())
-            with t.amp_off():
-                loss.backward()
-            # a micro-batch's metrics weigh by its loss tokens, or by what the loss says they average
-            # over (dpo: pairs, so reward_acc is the share of the step's pairs)
-            w = 0.0 if padding else (out.metrics_weight if out.metrics_weight is not None else float(x.mask_BT.sum()))
-            for k, v in out.metrics.items():
-                sums[k] = sums.get(k, 0.0) + v * w
-                weights[k] = weights.get(k, 0.0) + w
-            loss_total += 0.0 if padding else float(out.loss.detach())
-            if t.monitor is not None:  # keep the expert load, drop the recorded graphs
-                for name, load in t.monitor.observed_load().items():
-                    loads[name] = loads.get(name, 0) + load
-                t.monitor.clear()
+    for mb in sharding.share(micro, t.ranks):
+        threads.govern()  # fewer threads while other processes use the cores (models/threads.py)
+        padding = mb is None  # this rank's share is short: the same passes as the others, no gradient
+        mb = next(m for m in micro if m is not None) if padding else mb
+        with t.amp():
+            x = stage.loss_inputs(t.model, mb)
+            out = loss_fn(x)
+            loss = out.loss * 0.0 if padding else out.loss
+            if lb_coef:  # a micro-batch of model inputs (a dict) gives its attention mask, if any
+                lb = t.monitor.load_balancing_loss(mb.get("attention_mask") if isinstance(mb, dict) else None)
+                loss = loss + lb_coef * lb / len(micro)
+                lb_total += float(lb.detach())
+        loss.backward()
+        # a micro-batch's metrics weigh by its loss tokens, or by what the loss says they average
+        # over (dpo: pairs, so reward_acc is the share of the step's pairs)
+        w = 0.0 if padding else (out.metrics_weight if out.metrics_weight is not None else float(x.mask_BT.sum()))
+        for k, v in out.metrics.items():
+            sums[k] = sums.get(k, 0.0) + v * w
+            weights[k] = weights.get(k, 0.0) + w
+        loss_total += 0.0 if padding else float(out.loss.detach())
+        if t.monitor is not None:  # keep the expert load, drop the recorded graphs
+            for name, load in t.monitor.observed_load().items():
+                loads[name] = loads.get(name, 0) + load
+            t.monitor.clear()
     if t.ranks is not None:
         total = sharding.all_reduce_sum({**sums, **{" w " + k: w for k, w in weights.items()}, " loss": loss_total})
         loss_total = total.pop(" loss")
