@@ -1,29 +1,34 @@
 """A decode loop over a preallocated KV cache for Llama-architecture HF modules (SmolLM2 is one).
 
 ``HFGenerator`` drives the model one token per step. Through ``model.forward`` each step also builds
-a 4-D attention mask, recomputes the rotary tables, and grows a ``DynamicCache`` by concatenation
-(every layer's K and V copied, every step). On the embedded model at batch 32 in bf16 that
-overhead was more than half of a decode step: 63 ms a step against ~26 ms of matmuls
-(bench/rollout_throughput.py; docs/benchmarks.md "Rollout decode"). This module runs the same
-layers with the bookkeeping done once:
+a 4-D attention mask, recomputes the rotary tables, grows a ``DynamicCache`` by concatenation (every
+layer's K and V copied, every step) and runs 30 layers of small ops. This module runs the same
+layers with that bookkeeping done once; on the embedded model in bf16 on one core it decodes 1.48x
+as many tokens/s at batch 32 and 1.87x at batch 1 (bench/rollout_throughput.py, docs/benchmarks.md
+"Static KV cache and prepacked weights"):
 
-* K and V live in one buffer per layer, ``[rows, kv_heads, capacity, head_dim]``, written in place
-  at the step's slot; the capacity doubles when a long generation needs it (rare: it starts at the
-  prompt width + 256 tokens or ``max_new_tokens`` if smaller);
-* one key-validity mask ``[rows, capacity]`` (left padding is False) replaces the causal 4-D mask;
-  every row writes the same slot each step, so causality in decode is the slot order itself;
-* the rotary table is computed once per call for every position it can reach, by the model's own
-  ``rotary_emb`` (so any RoPE scaling the config asks for is the model's);
-* in decode, the ``G`` query heads that share one KV head attend as ``G`` query positions of that
-  head (``[rows, kv_heads, G, head_dim]``): grouped-query attention without repeating K and V.
+* one K and one V buffer per layer, ``[rows, kv_heads, capacity, head_dim]``, written in place at
+  the step's slot. The capacity
+  starts at the prompt width + 32 slots and grows by 32 (or an eighth) when a long generation needs
+  it; attention runs over the whole contiguous buffer with unwritten slots masked, because a
+  ``[:t]`` slice made every batched matmul copy it;
+* one key-validity mask ``[rows, capacity]`` (left padding and unwritten slots False) replaces the
+  causal 4-D mask: every row writes the same slot each step, so causality is the slot order itself;
+* the rotary table is computed once per call for every position a row can reach, by the model's
+  own ``rotary_emb`` (so any RoPE scaling the config asks for is the model's);
+* in decode, the ``G`` query heads that share one KV head attend as ``G`` query positions of it
+  (``[rows, kv_heads, G, head_dim]``): grouped-query attention without repeating K and V.
 
-The layer modules themselves are called (norms, projections, the MLP, the LM head), never their
-weights read around them, so adapters, hooks and a bf16 copy's refreshed weights all apply as they
-would in ``model.forward``; the logits match it to float rounding (tests/unit/test_static_llama.py
-teacher-forces against it). Finished rows are not removed each step (that is a copy of the whole
-cache): they ride along until an eighth of the rows are finished, then the cache is compacted.
+Two ways through a layer. By default the layer modules themselves are called (norms, projections,
+the MLP, the LM head), so adapters, hooks and an fp32 policy's live weights apply as they would in
+``model.forward``, and the logits match it to float rounding (tests/unit/test_static_llama.py
+teacher-forces against it). A bf16 model with stock modules and no hooks (the RL stage's bf16
+sampling copy) takes ``PackedWeights``: its weights prepacked for oneDNN, Q/K/V and gate/up as one
+matmul each, one fused RMSNorm kernel and one rotary pass; the logits then match to bf16 rounding.
 
-Other architectures (the hybrid NemotronH with its Mamba states) keep the ``DynamicCache`` loop.
+Finished rows are not removed each step (that is a copy of the whole cache): they ride along until
+an eighth of the rows are finished, then the cache is compacted. Other architectures (the hybrid
+NemotronH with its Mamba states) keep the ``DynamicCache`` loop.
 """
 
 from __future__ import annotations
@@ -80,13 +85,9 @@ class StaticCacheDecoder:
         capacity = min(self.limit, width + GROW_SLOTS)
         p = next(model.parameters())
         self.dtype, self.device = p.dtype, p.device
-        # K is stored transposed, [rows, kv_heads, head_dim, capacity]: a bf16 batched matmul over a
-        # strided slice of it costs 57 us where K^T of a [.., capacity, head_dim] slice costs 140
-        # (96 x [3, 64] @ [64, 60], one core)
-        kshape = (rows, self.kv_heads, self.head_dim, capacity)
-        vshape = (rows, self.kv_heads, capacity, self.head_dim)
-        self.k = [torch.zeros(kshape, dtype=self.dtype, device=self.device) for _ in model.model.layers]
-        self.v = [torch.zeros(vshape, dtype=self.dtype, device=self.device) for _ in model.model.layers]
+        shape = (rows, self.kv_heads, capacity, self.head_dim)
+        self.k = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in model.model.layers]
+        self.v = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in model.model.layers]
         self.valid = torch.zeros((rows, capacity), dtype=torch.bool, device=self.device)
         self.filled = 0  # slots written so far (the same for every row)
         # cos/sin for every position a row can reach: the model's own rotary module, once
@@ -107,7 +108,7 @@ class StaticCacheDecoder:
             return
         new = min(self.limit, max(need, self.capacity + max(GROW_SLOTS, self.capacity // 8)))
         pad = new - self.capacity
-        self.k = [torch.nn.functional.pad(k, (0, pad)) for k in self.k]
+        self.k = [torch.nn.functional.pad(k, (0, 0, 0, pad)) for k in self.k]
         self.v = [torch.nn.functional.pad(v, (0, 0, 0, pad)) for v in self.v]
         self.valid = torch.nn.functional.pad(self.valid, (0, pad))
 
@@ -138,7 +139,7 @@ class StaticCacheDecoder:
             k = attn.k_proj(h).view(U, T, self.kv_heads, self.head_dim).transpose(1, 2)
             v = attn.v_proj(h).view(U, T, self.kv_heads, self.head_dim).transpose(1, 2)
             q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-            self.k[i][:, :, :, :T] = k[expand_R].transpose(-1, -2)
+            self.k[i][:, :, :T] = k[expand_R]
             self.v[i][:, :, :T] = v[expand_R]
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scaling, enable_gqa=True)
             x = x + attn.o_proj(out.transpose(1, 2).reshape(U, T, -1))
@@ -173,7 +174,7 @@ class StaticCacheDecoder:
             h = layer.input_layernorm(x)
             # the G query heads of one KV head stand as G query positions of it: [R, kv_heads, G, D]
             q = _rotate(attn.q_proj(h).view(R, Hkv, G, D), cos, sin)
-            self.k[i][:, :, :, slot] = _rotate(attn.k_proj(h).view(R, Hkv, 1, D), cos, sin)[:, :, 0]
+            self.k[i][:, :, slot] = _rotate(attn.k_proj(h).view(R, Hkv, 1, D), cos, sin)[:, :, 0]
             self.v[i][:, :, slot] = attn.v_proj(h).view(R, Hkv, D)
             x = x + attn.o_proj(self._attend(i, q, mask))
             x = x + layer.mlp(layer.post_attention_layernorm(x))
@@ -186,7 +187,7 @@ class StaticCacheDecoder:
         import torch
 
         R, Hkv, G, D = q_RHGD.shape
-        keys = self.k[i].view(R * Hkv, D, self.capacity)
+        keys = self.k[i].view(R * Hkv, self.capacity, D).transpose(1, 2)
         scores = torch.baddbmm(mask, q_RHGD.reshape(R * Hkv, G, D), keys, alpha=self.scaling)
         probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(self.dtype)
         return torch.bmm(probs, self.v[i].view(R * Hkv, self.capacity, D)).reshape(R, 1, Hkv * G * D)
@@ -208,7 +209,7 @@ class StaticCacheDecoder:
             qk = qkv[:, 0, : nq * D].view(R, nq, D)
             # rotate_half(x) * sin == flip(halves of x) * (sin with its first half negated)
             qk = torch.addcmul(qk * cos, qk.view(R, nq, 2, D // 2).flip(-2).view(R, nq, D), sin)
-            self.k[i][:, :, :, slot] = qk[:, Hkv * G:]
+            self.k[i][:, :, slot] = qk[:, Hkv * G:]
             self.v[i][:, :, slot] = qkv[:, 0, nq * D:].view(R, Hkv, D)
             x = x + packed.linear(i, "o", self._attend(i, qk[:, : Hkv * G].view(R, Hkv, G, D), mask))
             norm = layer.post_attention_layernorm
