@@ -286,16 +286,22 @@ class HFGenerator(TokenEngine):
                 g.append(i)
         return groups
 
-    def _prefill(self, net: Any, unique: list[list[int]], cache: Any) -> tuple[Any, Any, Any]:
-        """Left-padded prefill: (last-position logits [U, V], attention mask [U, W], next positions [U])."""
+    def _left_pad(self, prompts: list[list[int]]) -> tuple[Any, Any]:
+        """(token ids [U, W] left-padded with ``pad_id``, which of them are real [U, W] bool)."""
         import torch
 
-        width = max(len(p) for p in unique)
-        input_ids = torch.full((len(unique), width), self.pad_id, dtype=torch.long)
-        attention = torch.zeros((len(unique), width), dtype=torch.long)
-        for i, p in enumerate(unique):
-            input_ids[i, width - len(p):] = torch.tensor(p)
-            attention[i, width - len(p):] = 1
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        valid = torch.zeros((len(prompts), width), dtype=torch.bool)
+        for i, p in enumerate(prompts):
+            ids[i, width - len(p):] = torch.tensor(p)
+            valid[i, width - len(p):] = True
+        return ids, valid
+
+    def _prefill(self, net: Any, unique: list[list[int]], cache: Any) -> tuple[Any, Any, Any]:
+        """Left-padded prefill: (last-position logits [U, V], attention mask [U, W], next positions [U])."""
+        input_ids, valid = self._left_pad(unique)
+        attention = valid.long()
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
         dev = self.device
         logits = net(
@@ -334,15 +340,7 @@ class HFGenerator(TokenEngine):
                 threads.govern()  # fewer threads while other processes use the cores (models/threads.py)
                 uniforms = torch.cat([torch.rand(1, generator=rngs[r]) for r in live])
                 tokens, logprobs = sample_next(logits, params.temperature, params.top_p, uniforms.to(dev))
-                keep = []
-                for b, (tok, lp) in enumerate(zip(tokens.tolist(), logprobs.tolist())):
-                    row = rows[live[b]]
-                    row.token_ids.append(tok)
-                    row.logprobs.append(lp)
-                    if tok in self.stop_ids:
-                        row.finish_reason = "stop"
-                    else:
-                        keep.append(b)
+                keep = self._record(rows, live, tokens, logprobs)
                 if not keep or step == params.max_new_tokens - 1:
                     break
                 if len(keep) < len(live):  # drop finished rows from the batch
@@ -366,13 +364,8 @@ class HFGenerator(TokenEngine):
         import torch
 
         dev = self.device
-        uniq = [list(u) for u in unique]
-        width = max(len(p) for p in uniq)
-        ids = torch.full((len(uniq), width), self.pad_id, dtype=torch.long)
-        valid = torch.zeros((len(uniq), width), dtype=torch.bool)
-        for i, p in enumerate(uniq):
-            ids[i, width - len(p):] = torch.tensor(p)
-            valid[i, width - len(p):] = True
+        ids, valid = self._left_pad([list(u) for u in unique])
+        width = ids.shape[1]
         positions = (valid.long().cumsum(-1) - 1).clamp(min=0)
         expand = torch.tensor([owner[r.prompt] for r in rows])
         with torch.inference_mode():
@@ -388,15 +381,7 @@ class HFGenerator(TokenEngine):
                 run_idx = torch.tensor(running)
                 picked = logits if len(running) == len(batch) else logits[run_idx.to(dev)]
                 new, logprobs = sample_next(picked, params.temperature, params.top_p, uniforms.to(dev))
-                still = []
-                for b, tok, lp in zip(running, new.tolist(), logprobs.tolist()):
-                    row = rows[batch[b]]
-                    row.token_ids.append(tok)
-                    row.logprobs.append(lp)
-                    if tok in self.stop_ids:
-                        row.finish_reason = "stop"
-                    else:
-                        still.append(b)
+                still = [running[j] for j in self._record(rows, [batch[b] for b in running], new, logprobs)]
                 if not still or step == params.max_new_tokens - 1:
                     break
                 tokens[run_idx] = new.cpu()
@@ -409,6 +394,20 @@ class HFGenerator(TokenEngine):
                 running = still
                 logits = dec.step(tokens.to(dev), next_pos.to(dev))
                 next_pos = next_pos + 1
+
+    def _record(self, rows: list[_Row], owners: list[int], tokens: Any, logprobs: Any) -> list[int]:
+        """Append the j-th sampled token (and its log-prob) to row ``owners[j]``; returns the j whose
+        row goes on (the others sampled a stop token)."""
+        going = []
+        for j, (r, tok, lp) in enumerate(zip(owners, tokens.tolist(), logprobs.tolist())):
+            row = rows[r]
+            row.token_ids.append(tok)
+            row.logprobs.append(lp)
+            if tok in self.stop_ids:
+                row.finish_reason = "stop"
+            else:
+                going.append(j)
+        return going
 
     def _packed(self, net: Any) -> "static_llama.PackedWeights | None":
         """``net``'s prepacked bf16 weights, repacked when any weight changed since (None where
