@@ -160,6 +160,7 @@ def main() -> None:
                     help="also the vllm-server engine (bf16 weights; vllm serve from .venv-vllm computes on one core)")
     args = ap.parse_args()
 
+    import posttrain  # noqa: F401  (before torch: models/blas.py's MKL shim, which the fp32 rows use)
     import torch
 
     from posttrain.engines.hf import HFGenerator
