@@ -26,8 +26,8 @@ attention, in other ops and outside ops. And timed once: the share of a decode s
 sampler (``sample_next`` over the logits), which bounds what a fused sampler could win. Threads
 are measured by bench/threads.py.
 
-Ends with ``RESULT rollout_throughput: <fraction> of bandwidth limit (...)`` for the default engine
-at the largest batch, and appends one JSON row to bench/results/rollout_throughput.jsonl.
+Ends with ``RESULT rollout_throughput: <fraction> of the roofline (...)`` for the default engine
+at the largest batch (which limit binds, the fraction of the bandwidth limit, the old loop's fraction), and appends one JSON row to bench/results/rollout_throughput.jsonl.
 """
 
 from __future__ import annotations
@@ -251,10 +251,13 @@ def main() -> None:
            **provenance("none", machine(load_before, load_after, threads=args.threads))}  # made-up prompts, timed
     if not args.no_save:
         append_row(RESULTS, row)
-    print(f"RESULT rollout_throughput: {head['frac_bandwidth']:.2f} of bandwidth limit (HFGenerator {default} decode, "
-          f"the default (auto) sampling weights here: "
-          f"{head['tokens_per_s']:.0f} tok/s at batch {max(batches)} vs {head['bandwidth_limit']:.0f} tok/s limit; "
-          f"{head['frac_roofline']:.2f} of the roofline"
+    binds = "compute" if head["compute_limit"] < head["bandwidth_limit"] else "bandwidth"
+    anchor = next((r for r in table if r["weights"] == "bf16-dyn" and r["batch"] == max(batches)), None)
+    print(f"RESULT rollout_throughput: {head['frac_roofline']:.2f} of the roofline (HFGenerator {default} decode, "
+          f"the default (auto) sampling weights here, at batch {max(batches)}: {head['tokens_per_s']:.0f} tok/s "
+          f"against a roofline of {min(head['compute_limit'], head['bandwidth_limit']):.0f} ({binds} binds); "
+          f"{head['frac_bandwidth']:.2f} of the bandwidth limit"
+          + (f"; the DynamicCache loop {anchor['frac_roofline']:.2f}" if anchor and default == "bf16" else "")
           + (f"; vllm-server {server['tokens_per_s']:.0f} tok/s, {server['frac_roofline']:.2f} of its roofline" if server else "")
           + ")")
 
