@@ -160,7 +160,7 @@ class HFEngineConfig(StrictModel):
     """Llama-architecture models decode over a preallocated KV cache (``engines/static_llama.py``,
     prepacked weights when sampling in bf16): 1.4x the tokens/s of transformers' DynamicCache loop
     at batch 32 and 1.8x at batch 1 on one core (docs/benchmarks.md). ``false``: that loop, which
-    other architectures (NemotronH) always use."""
+    other architectures (NemotronH) and models on a GPU (not yet measured there) always use."""
 
 
 class VLLMEngineConfig(StrictModel):

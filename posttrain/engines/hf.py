@@ -325,7 +325,8 @@ class HFGenerator(TokenEngine):
         # sampling uses a bf16 copy, so its results do not depend on the machine's sampling precision
         # (unless the caller asked for greedy in ``dtype`` too: ``greedy_in_dtype``)
         net = self.greedy_net if params.temperature == 0 else self.model
-        if self.static_cache and static_llama.supports(net):
+        # the static loop is measured and tested on the CPU only: a GPU keeps the DynamicCache loop
+        if self.static_cache and self.device.type == "cpu" and static_llama.supports(net):
             self._decode_static(net, prompts, unique, owner, rows, rngs, params)
             return self._completions(prompts, rows)
         with torch.inference_mode():

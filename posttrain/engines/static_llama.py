@@ -228,7 +228,7 @@ class PackedWeights:
     ``F.linear`` on a plain bf16 weight reorders it on every call; at batch 32 on the embedded
     model's shapes a prepacked weight runs the same kernel ~25% faster with bit-identical outputs
     (576x1536: 0.158 -> 0.127 ms; LM head 6.5 -> 4.9 ms; measured 2026-12-05, one AVX-512-bf16 core).
-    Only bf16 modules with no hooks and no biases qualify; ``fresh`` tells a stale pack (any weight
+    Only bf16 modules on the CPU, with plain ``nn.Linear`` projections, no hooks and no biases qualify; ``fresh`` tells a stale pack (any weight
     changed in place since packing, e.g. by an optimizer step or ``update_weights``, or replaced)
     by the parameters' version counters and storage addresses.
     """
@@ -254,9 +254,17 @@ class PackedWeights:
     def eligible(model: Any) -> bool:
         import torch
 
-        if not torch.backends.mkldnn.is_available() or next(model.parameters()).dtype != torch.bfloat16:
-            return False
+        p = next(model.parameters())
+        if not torch.backends.mkldnn.is_available() or p.dtype != torch.bfloat16 or p.device.type != "cpu":
+            return False  # oneDNN's packed layout is a CPU one
         if not supports(model):
+            return False
+        # the projections packed must be the plain Linear modules themselves: a wrapper around one
+        # (an adapter, e.g. peft's LoRA layer) would be skipped by reading its base weight
+        projections = [model.lm_head] + [m for layer in model.model.layers for m in (
+            layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj, layer.self_attn.o_proj,
+            layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj)]
+        if any(type(m) is not torch.nn.Linear for m in projections):
             return False
         from transformers.models.llama.modeling_llama import LlamaRMSNorm
 

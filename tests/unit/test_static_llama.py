@@ -86,6 +86,11 @@ def test_eligibility(tiny):
     finally:
         handle.remove()
     assert static_llama.PackedWeights.eligible(model)
+    plain = model.model.layers[0].self_attn.q_proj
+    model.model.layers[0].self_attn.q_proj = torch.nn.Sequential(plain)  # an adapter-like wrapper
+    assert not static_llama.PackedWeights.eligible(model)
+    model.model.layers[0].self_attn.q_proj = plain
+    assert not static_llama.PackedWeights.eligible(model.to("meta"))  # not on the CPU
     nh = load_model("tiny-nemotronh", device="cpu", dtype=torch.float32)
     assert not static_llama.supports(nh.model)
 
