@@ -15,7 +15,7 @@ The loop (``_generate_group``), per batch of prompts:
    positions are index-selected), so the batch shrinks as sequences finish instead of carrying
    padding to the longest one.
 
-Llama-architecture models (the embedded SmolLM2) run the same loop over
+Llama-architecture models on the CPU (the embedded SmolLM2) run the same loop over
 ``engines/static_llama.py`` instead: a preallocated KV cache written in place, finished rows
 compacted only once an eighth of the batch has finished, and, sampling in bf16, prepacked weights:
 1.5-1.9x the tokens/s of the ``DynamicCache`` loop (bench/rollout_throughput.py, docs/benchmarks.md).
