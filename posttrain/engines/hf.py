@@ -210,7 +210,7 @@ class HFGenerator(TokenEngine):
             self.model = copy.deepcopy(model).to(torch.bfloat16).eval()
         self.greedy_net = self.model if greedy_in_dtype else self.live
         self.static_cache = static_cache  # Llama modules decode over engines/static_llama.py's cache
-        self._packs: dict[int, Any] = {}  # id(module) → its static_llama.PackedWeights (bf16 only)
+        self._pack: Any = None  # static_llama.PackedWeights of the bf16 module that samples, once built
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.max_prefill_tokens = max_prefill_tokens
@@ -415,10 +415,11 @@ class HFGenerator(TokenEngine):
         ``PackedWeights.eligible`` says no: fp32, hooks, biases)."""
         if not static_llama.PackedWeights.eligible(net):
             return None
-        pack = self._packs.get(id(net))
-        if pack is None or not pack.fresh(net):
-            pack = self._packs[id(net)] = static_llama.PackedWeights(net, self.batch_size)
-        return pack
+        # only the sampling copy can qualify (greedy runs on it or on the fp32 live module), and
+        # ``fresh`` compares storage addresses too, so one slot serves
+        if self._pack is None or not self._pack.fresh(net):
+            self._pack = static_llama.PackedWeights(net, self.batch_size)
+        return self._pack
 
     def _completions(self, prompts: list[list[int]], rows: list[_Row]) -> list[list[Completion]]:
         out: list[list[Completion]] = [[] for _ in prompts]

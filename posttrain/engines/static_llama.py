@@ -80,7 +80,6 @@ class StaticCacheDecoder:
         self.kv_heads = cfg.num_key_value_heads
         self.heads = cfg.num_attention_heads
         self.scaling = attn.scaling
-        self.width = width
         self.limit = width + max_new_tokens  # the most slots any row can use
         capacity = min(self.limit, width + GROW_SLOTS)
         p = next(model.parameters())
