@@ -185,12 +185,15 @@ class TrainerWorker:
         if tr.count > 1:
             assert address is not None
             sharding.init(rank, tr.count, tr.resolved_backend(), *address, timeout_s=tr.timeout_s)
+        finished = False
         try:
             if rank == 0:
-                return train_rl(cfg, progress=progress, stop_after=stop_after,
-                                source=lambda t, plan: RayRollouts(cfg, roles, t, plan))
-            sync = make_sync(cfg.scale.weight_sync, cfg.run_dir)
-            follow_rl(cfg, publish=sync.publish)
-            return None
+                result = train_rl(cfg, progress=progress, stop_after=stop_after,
+                                  source=lambda t, plan: RayRollouts(cfg, roles, t, plan))
+            else:
+                follow_rl(cfg, publish=make_sync(cfg.scale.weight_sync, cfg.run_dir).publish)
+                result = None
+            finished = True
+            return result
         finally:
-            sharding.close()
+            sharding.close(barrier=finished)  # after an error a peer may be gone: no barrier

@@ -74,11 +74,17 @@ def init(rank: int, world: int, backend: str, address: str, port: int, timeout_s
     return _CURRENT
 
 
-def close() -> None:
+def close(barrier: bool = True) -> None:
+    """Leave the group. ``barrier``: wait for every rank first, so that no rank tears its gloo pairs
+    down while another still reads from them (a CI run failed so: one rank left the last gather
+    early and the other's read saw its peer gone). Pass False on an error path, where a peer may be
+    dead and a barrier would only wait out the group's timeout."""
     global _CURRENT
     import torch.distributed as dist
 
     if dist.is_initialized():
+        if barrier:
+            dist.barrier()
         dist.destroy_process_group()
     _CURRENT = None
 
