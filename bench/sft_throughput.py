@@ -1,6 +1,6 @@
 """SFT training throughput on the embedded model, next to the matmul peak measured in the same run.
 
-    python bench/sft_throughput.py [--steps 3] [--batch 16] [--seq 512] [--threads 0] [--profile] [--bf16-master]
+    python bench/sft_throughput.py [--steps 3] [--batch 16] [--seq 512] [--threads 0] [--profile]
 
 Prints, for each trainer:
 * tokens/s — every token of the packed rows (prompt + answer), the usual definition;
@@ -12,17 +12,16 @@ Prints, for each trainer:
 Trainers (same batches, same initial weights, same optimizer):
 * ``anchor``: plain HF fine-tuning — padded batch, full logits, fp32, ``model(**batch, labels=...)``;
 * ``posttrain fp32``: the SFT stage's step (packing, logits only at trained positions) in fp32;
-* ``posttrain auto``: the same step in the precision ``precision: auto`` picks for SFT from this
-  run's peaks (``models/precision.py``; bf16 autocast where bf16 is >= 1.3x faster), with the
-  attention the training loop then uses (eager in bf16 on the CPU: ``attention_for``);
-* ``posttrain bf16, sdpa`` (only when auto is bf16): bf16 with torch's sdpa attention, the lever's
-  other side;
-* ``posttrain bf16_master`` (``--bf16-master``): ``train.precision: bf16_master`` — bf16 weights, no
-  autocast, AdamW over fp32 masters (``train/master_weights.py``), eager attention as the loop picks
-  it; measured last, on the same batches, so it reads side by side with ``posttrain auto``.
+* ``posttrain bf16, sdpa`` and ``posttrain bf16 autocast`` (only where bf16 is >= 1.3x faster):
+  fp32 weights, bf16 autocast, with torch's sdpa attention and with the eager attention the loop
+  picks for bf16 on the CPU (``attention_for``): the two levers' other sides;
+* ``posttrain auto``: the precision the SFT stage's ``precision: auto`` picks from this run's peaks
+  for ``--model`` (``train/autocast.py: decide_precision``): where bf16 is faster, ``bf16_master`` —
+  bf16 weights, no autocast, AdamW over fp32 masters (``train/master_weights.py``), eager attention;
+  else fp32.
 
-``--profile`` adds a torch.profiler pass over one ``posttrain auto`` step (and one ``posttrain
-bf16_master`` step with ``--bf16-master``) and prints where its time goes: matmuls of the transformer layers, the LM head's matmuls (those with a vocabulary-sized
+``--profile`` adds a torch.profiler pass over one ``posttrain auto`` step and prints where its time
+goes: matmuls of the transformer layers, the LM head's matmuls (those with a vocabulary-sized
 dimension), attention (sdpa forward + backward over the packed rows), dtype casts, the optimizer
 step and collation (packing + tensors; timed directly), the rest.
 
@@ -112,18 +111,16 @@ def make_optimizer(params):
     return torch.optim.AdamW(params, lr=1e-5, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
 
 
-MASTER = "posttrain bf16_master"
-
-
-def fresh(model, init, trainer: str):
-    """(optimizer, masters or None): the model back at ``init`` (fp32 weights) and a new AdamW for
-    ``trainer``; for bf16_master the weights are cast to bf16 and AdamW steps their fp32 masters."""
+def fresh(model, init, precision: str):
+    """(optimizer, masters or None): the model back at ``init`` (fp32 weights) and a new AdamW for a
+    trainer in ``precision``; for bf16_master the weights are cast to bf16 and AdamW steps their fp32
+    masters."""
     from posttrain.train.master_weights import MasterWeights
 
     for p in model.parameters():  # a bf16_master trainer before left them bf16
         p.data = p.data.float()
     model.load_state_dict(init)
-    master = MasterWeights(model) if trainer == MASTER else None
+    master = MasterWeights(model) if precision == "bf16_master" else None
     return make_optimizer(master.masters if master else model.parameters()), master
 
 
@@ -177,21 +174,21 @@ def main() -> int:
     ap.add_argument("--seq", type=int, default=512, help="packed row length (the SFT default)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default, one per core)")
     ap.add_argument("--profile", action="store_true", help="also profile one posttrain step (where the time goes)")
-    ap.add_argument("--bf16-master", action="store_true",
-                    help="also measure train.precision=bf16_master (bf16 weights, fp32 masters) on the same batches")
     ap.add_argument("--no-save", action="store_true")
     args = ap.parse_args()
 
 
     from posttrain.models.loading import load_model
     from posttrain.models.precision import Probe, decide
+    from posttrain.train.autocast import masters_where_they_apply
 
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     load_before = os.getloadavg()[0]
     peaks = matmul_peaks()
-    decision = decide(Probe(peaks["fp32"] / 1e9, peaks["bf16"] / 1e9, source="this run"), "sft")
+    autocast_decision = decide(Probe(peaks["fp32"] / 1e9, peaks["bf16"] / 1e9, source="this run"), "sft")
+    decision = masters_where_they_apply(autocast_decision, "auto", "cpu", True, args.model)  # as the SFT stage
     precision = decision.precision
     best = max(peaks, key=peaks.get)  # type: ignore[arg-type]
     loaded = load_model(args.model)
@@ -210,22 +207,23 @@ def main() -> int:
                 model.set_attn_implementation("sdpa")
         return step
 
-    auto_attention = "eager" if precision == "bf16" else "sdpa"  # what train/loop.py picks on the CPU
-    trainers = {
-        "anchor": lambda ex: anchor_step(model, opt, ex, pad_id),
-        "posttrain fp32": lambda ex: posttrain_step(model, opt, ex, pad_id, args.seq, "fp32"),
+    # eager attention in bf16 on the CPU: what train/loop.py picks (attention_for, rows <= 512)
+    auto_attention = "eager" if precision in ("bf16", "bf16_master") else "sdpa"
+    AUTO = f"posttrain auto ({precision})"
+    trainers = {  # name → (precision, step)
+        "anchor": ("fp32", lambda ex: anchor_step(model, opt, ex, pad_id)),
+        "posttrain fp32": ("fp32", lambda ex: posttrain_step(model, opt, ex, pad_id, args.seq, "fp32")),
     }
-    if precision == "bf16":  # the attention lever, measured: bf16 with torch's sdpa kernel
-        trainers["posttrain bf16, sdpa"] = lambda ex: posttrain_step(model, opt, ex, pad_id, args.seq, "bf16")
-    trainers[f"posttrain auto ({precision})"] = with_attention(
-        auto_attention, lambda ex: posttrain_step(model, opt, ex, pad_id, args.seq, precision))
-    if args.bf16_master:  # eager attention: what attention_for picks for it on the CPU (rows <= 512)
-        trainers[MASTER] = with_attention(
-            "eager", lambda ex: posttrain_step(model, opt, ex, pad_id, args.seq, "bf16_master", master))
+    if autocast_decision.precision == "bf16":  # the levers' other sides: autocast with sdpa and with eager attention
+        trainers["posttrain bf16, sdpa"] = ("bf16", lambda ex: posttrain_step(model, opt, ex, pad_id, args.seq, "bf16"))
+        trainers["posttrain bf16 autocast"] = ("bf16", with_attention(
+            "eager", lambda ex: posttrain_step(model, opt, ex, pad_id, args.seq, "bf16")))
+    trainers[AUTO] = (precision, with_attention(
+        auto_attention, lambda ex: posttrain_step(model, opt, ex, pad_id, args.seq, precision, master)))
     results: dict[str, dict] = {}
     init = {k: v.clone() for k, v in model.state_dict().items()}
-    for name, step in trainers.items():
-        opt, master = fresh(model, init, name)
+    for name, (trainer_precision, step) in trainers.items():
+        opt, master = fresh(model, init, trainer_precision)
         step(batches[0])  # warm-up
         times, tokens = [], 0
         for ex in batches[1:]:
@@ -240,20 +238,13 @@ def main() -> int:
                          "model_flops": flops, "frac_fp32_peak": flops / peaks["fp32"],
                          "frac_bf16_peak": flops / peaks["bf16"], "frac_best_peak": flops / peaks[best],
                          "tokens": tokens}
-    prof = prof_master = None
+    prof = None
     if args.profile:
-        opt, _ = fresh(model, init, "auto")
+        opt, master = fresh(model, init, precision)
         model.set_attn_implementation(auto_attention)
-        posttrain_step(model, opt, batches[0], pad_id, args.seq, precision)
-        prof = profile_step(model, opt, batches[1], pad_id, args.seq, precision, model.config.vocab_size)
+        posttrain_step(model, opt, batches[0], pad_id, args.seq, precision, master)
+        prof = profile_step(model, opt, batches[1], pad_id, args.seq, precision, model.config.vocab_size, master)
         model.set_attn_implementation("sdpa")
-        if args.bf16_master:
-            opt, master = fresh(model, init, MASTER)
-            model.set_attn_implementation("eager")
-            posttrain_step(model, opt, batches[0], pad_id, args.seq, "bf16_master", master)
-            prof_master = profile_step(model, opt, batches[1], pad_id, args.seq, "bf16_master",
-                                       model.config.vocab_size, master)
-            model.set_attn_implementation("sdpa")
     # The peaks again, after the trainers; the higher of the two counts. A busy moment during the
     # first measurement must not lower the peak: at load 1.6 one run measured fp32 81 GFLOP/s while
     # the fp32 trainer itself then ran at 154 (a "190% of peak" that only says the peak was wrong).
@@ -275,24 +266,22 @@ def main() -> int:
     for name, r in results.items():
         print(f"{name:24s} {r['tokens_per_s']:8.1f} ± {r['tokens_per_s_se']:4.1f} {r['model_flops'] / 1e9:8.1f} "
               f"{100 * r['frac_fp32_peak']:8.1f}% {100 * r['frac_bf16_peak']:8.1f}%")
-    auto = results[f"posttrain auto ({precision})"]
+    auto = results[AUTO]
     speedup = auto["tokens_per_s"] / results["anchor"]["tokens_per_s"]
     print(f"posttrain auto ({precision}, {auto_attention} attention) / anchor: {speedup:.2f}×; / posttrain fp32: "
           f"{auto['tokens_per_s'] / results['posttrain fp32']['tokens_per_s']:.2f}×")
-    if MASTER in results:
-        print(f"posttrain bf16_master / posttrain auto ({precision}): "
-              f"{results[MASTER]['tokens_per_s'] / auto['tokens_per_s']:.2f}× (same batches, same run)")
-    for label, p in (("posttrain auto", prof), ("posttrain bf16_master", prof_master)):
-        if p:
-            print(f"where one {label} step's {p['total step']:.1f} s go:")
-            for k, v in p.items():
-                if k != "total step":
-                    print(f"  {k:45s} {v:6.2f} s  {100 * v / p['total step']:5.1f}%")
+    if "posttrain bf16 autocast" in results:
+        print(f"{AUTO} / posttrain bf16 autocast: "
+              f"{auto['tokens_per_s'] / results['posttrain bf16 autocast']['tokens_per_s']:.2f}× (same batches, same run)")
+    if prof:
+        print(f"where one {AUTO} step's {prof['total step']:.1f} s go:")
+        for k, v in prof.items():
+            if k != "total step":
+                print(f"  {k:45s} {v:6.2f} s  {100 * v / prof['total step']:5.1f}%")
     if not args.no_save:
         out = Path(__file__).parent / "results" / "sft_throughput.jsonl"
         append_row(out, {"bench": "sft_throughput", "model": args.model, "peaks": peaks, "precision": precision,
                          "best_peak": best, "results": results, "speedup": speedup, "profile": prof,
-                         "profile_bf16_master": prof_master,
                          "args": vars(args), "auto_attention": auto_attention,
                          **provenance("none", machine(load_before, load_after, threads=torch.get_num_threads(),
                                                       capability=torch.backends.cpu.get_cpu_capability()))})

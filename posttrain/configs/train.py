@@ -65,9 +65,10 @@ class LoopConfig(StrictModel):
     distill-logits): bf16 weights, so forward and backward run in bf16 throughout, with an fp32
     master copy of every weight that clipping and AdamW work on; checkpoints are saved from the
     fp32 masters (``train/master_weights.py``). Refused with LoRA, hybrid (Mamba) and MoE models, and
-    in the RL and DPO stages. Measured once at 1.06x ``auto``'s tokens/s (docs/benchmarks.md, SFT
-    throughput): one run is not a default, so ``auto`` never picks it; ``auto`` chooses between
-    ``bf16`` and ``fp32`` only."""
+    in the RL and DPO stages. ``auto``: bf16 autocast where the machine's probe says bf16 is faster
+    (else fp32), and in the SFT stage on a CPU ``bf16_master`` instead of autocast wherever it is
+    allowed (no LoRA, not hybrid, not MoE): whole SFT runs, three seeds side by side, 1.10x
+    autocast's tokens/s at the same held-out loss (bench/sft_masters.py, docs/benchmarks.md)."""
     freeze_layers: int = Field(0, ge=0)
     """Train only the top of the network: the token embeddings (and an output head tied to them)
     and the first N decoder blocks get no gradient and no optimizer state, and backward stops at

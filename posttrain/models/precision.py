@@ -201,7 +201,8 @@ def machine_probe(refresh: bool = False) -> Probe:
 
 def resolve(precision: str, stage: Stage, device: str = "cpu") -> Decision:
     """The precision a stage runs in: an explicit ``bf16``/``bf16_master``/``fp32`` wins; ``auto``
-    decides between ``bf16`` and ``fp32`` (never ``bf16_master``: not measured yet, configs/train.py)."""
+    decides between ``bf16`` and ``fp32``; the SFT stage then takes ``bf16_master`` where it allows
+    (``train/autocast.py: decide_precision``)."""
     if precision in ("bf16", "bf16_master", "fp32"):
         return Decision(precision, stage, "set in the config")
     if precision != "auto":

@@ -141,13 +141,15 @@ class Trainer:
 
 
 def setup(cfg: StageConfig, lora: LoRAConfig | None = None, freeze_routers: bool = False,
-          numerics: str = "sft") -> Trainer:
+          numerics: str = "sft", auto_masters: bool = False) -> Trainer:
     """Load (or resume) the model, build the optimizer, open the metrics log.
 
     The resolved config is written first, so a run directory always says what ran. ``lora``: train
     an adapter (its weights restored on resume). ``freeze_routers``: MoE router weights get no
     gradient (RL); the aux-loss-free biases still follow the load. ``numerics``: the stage kind
-    (sft, rl, dpo) that ``precision: auto`` decides for (``models/precision.py``).
+    (sft, rl, dpo) that ``precision: auto`` decides for (``models/precision.py``). ``auto_masters``:
+    ``auto`` may take bf16 weights with fp32 masters where it would autocast (``autocast.py``; the
+    SFT stage, where it was measured).
 
     In a sharded trainer (``sharding.current()`` set) every rank loads the same model (or
     checkpoint) and shards it before the optimizer is built; only rank 0 writes to the run
@@ -186,7 +188,8 @@ def setup(cfg: StageConfig, lora: LoRAConfig | None = None, freeze_routers: bool
         print(f"[{run_dir.name}] frozen: embeddings + blocks 0..{loop.freeze_layers - 1} ({frozen / 1e6:.1f}M weights)")
     routers = moe_lib.freeze_routers(model) if freeze_routers else len(moe_lib.find_routers(model))
     monitor = moe_lib.RouterMonitor(model).__enter__() if routers else None
-    decision = decide_precision(loop.precision, str(device), numerics)  # type: ignore[arg-type]
+    masters_ok = auto_masters and ranks is None and not (lora is not None and lora.enabled)
+    decision = decide_precision(loop.precision, str(device), numerics, masters_ok, cfg.model)  # type: ignore[arg-type]
     precision = decision.precision
     attention = attention_for(model, precision, str(device), getattr(getattr(cfg, "data", None), "max_seq_len", None))
     if main:

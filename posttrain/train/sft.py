@@ -246,7 +246,7 @@ def train_sft(cfg: SFTConfig, progress: bool = True, stop_after: int | None = No
 
     t_start = time.time()
     check_data_files(cfg)
-    t = loop.setup(cfg, lora=cfg.lora)
+    t = loop.setup(cfg, lora=cfg.lora, auto_masters=True)
     stage = SFTStage(cfg, t)
     loop.run(t, stage, make_loss("ce"), progress, stop_after)
     ckpt, before, after = finish(stage, cfg, stop_after)

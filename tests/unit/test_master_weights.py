@@ -1,6 +1,6 @@
 """``train.precision: bf16_master`` (train/master_weights.py): bf16 weights, fp32 masters that the
 optimizer steps. Why the masters matter, shown on one weight and on a few tiny-llama steps; what is
-cast and what is saved; what is refused, and that ``auto`` never picks it."""
+cast and what is saved; what is refused, and that the probe alone never picks it."""
 
 from __future__ import annotations
 
@@ -145,7 +145,9 @@ def test_refused_with_lora_and_in_the_rl_and_dpo_stages():
             load_config(cls, None, ["train.precision=bf16_master"])
 
 
-def test_auto_never_picks_bf16_master(monkeypatch):
+def test_the_probe_alone_never_picks_bf16_master(monkeypatch):
+    """``resolve`` decides bf16 autocast or fp32; only the SFT stage's own setup takes the masters
+    (``train/autocast.py``, tests/unit/test_precision.py), so distill-logits and the rest keep autocast."""
     from posttrain.models.precision import PROBE_ENV, resolve
 
     monkeypatch.setenv(PROBE_ENV, "fp32=100,bf16=10000")

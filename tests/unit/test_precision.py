@@ -68,8 +68,8 @@ def test_machine_key_names_cpu_flags_and_torch():
 
 
 def test_every_run_logs_the_decision(monkeypatch, tmp_path):
-    """An SFT run on a fast-bf16 machine trains in bf16, an RL run on it in fp32 and samples from bf16
-    weights; both say so."""
+    """An SFT run on a fast-bf16 machine trains bf16 weights with fp32 masters, an RL run on it in fp32
+    and samples from bf16 weights; both say so."""
     from posttrain.configs import load_config
     from posttrain.configs.rl import RLConfig
     from posttrain.configs.sft import SFTConfig
@@ -89,11 +89,28 @@ def test_every_run_logs_the_decision(monkeypatch, tmp_path):
                                       "train.eval_every=0", "train.threads=1", "rollout.prompts_per_step=2",
                                       "rollout.max_new_tokens=4", "algo.overlong_filter=false"])
     train_rl(rl, progress=False)
-    for run, want in (("sft", "bf16"), ("rl", "fp32")):
+    for run, want in (("sft", "bf16_master"), ("rl", "fp32")):
         first = next(r for r in read_metrics(tmp_path / run) if "precision" in r)
         assert first["step"] == 1 and first["precision"] == want and first["probe_bf16_gflops"] == 495.0, run
         assert json.loads((tmp_path / run / "precision.json").read_text())["precision"] == want
     assert next(r for r in read_metrics(tmp_path / "rl") if "precision_sampling" in r)["precision_sampling"] == "bf16"
+
+
+def test_auto_takes_fp32_masters_only_where_they_apply(monkeypatch):
+    """``auto`` upgrades bf16 autocast to bf16 weights + fp32 masters for the SFT stage on a CPU, on a
+    model that allows it; everything else keeps what ``resolve`` decided."""
+    from posttrain.train.autocast import decide_precision
+
+    monkeypatch.setenv(P.PROBE_ENV, "fp32=110,bf16=495")
+    d = decide_precision("auto", "cpu", "sft", masters_ok=True, model_spec="tiny-llama")
+    assert d.precision == "bf16_master" and "fp32 masters" in d.reason and d.probe is not None
+    hybrid = decide_precision("auto", "cpu", "sft", masters_ok=True, model_spec="tiny-nemotronh")
+    assert hybrid.precision == "bf16" and "hybrid Mamba" in hybrid.reason  # says why not
+    assert decide_precision("auto", "cpu", "sft", masters_ok=False, model_spec="tiny-llama").precision == "bf16"  # LoRA, distill
+    assert decide_precision("bf16", "cpu", "sft", masters_ok=True, model_spec="tiny-llama").precision == "bf16"  # explicit
+    assert decide_precision("auto", "cpu", "rl", masters_ok=True, model_spec="tiny-llama").precision == "fp32"
+    monkeypatch.setenv(P.PROBE_ENV, "fp32=110,bf16=1.1")  # AVX2: bf16 emulated, fp32 stays
+    assert decide_precision("auto", "cpu", "sft", masters_ok=True, model_spec="tiny-llama").precision == "fp32"
 
 
 def test_bf16_training_on_cpu_uses_eager_attention_and_fp32_keeps_sdpa():
