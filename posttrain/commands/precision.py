@@ -23,6 +23,6 @@ def run(args: argparse.Namespace) -> int:
         d = decide(probe, stage)  # type: ignore[arg-type]
         print(f"  {stage:9s} {d.precision}: {d.reason}")
         if stage == "sft" and d.precision == "bf16":  # train/autocast.py: masters_where_they_apply
-            print(f"  {'':9s} the SFT stage itself takes bf16_master (bf16 weights, fp32 masters) on a CPU, for a model "
-                  "without LoRA that is neither hybrid nor MoE")
+            print(f"  {'':9s} the SFT stage itself takes bf16_master (bf16 weights, fp32 masters) on a CPU, "
+                  "for a model without LoRA that is neither hybrid nor MoE")
     return 0
