@@ -140,3 +140,17 @@ def test_pipeline_eval_precision_auto_follows_the_probe_and_fp32_ignores_it(monk
     assert eval_dtype(quick) == "bf16" and eval_dtype(PipelineConfig()) == "fp32"
     monkeypatch.setenv(P.PROBE_ENV, "fp32=110,bf16=1.1")  # an AVX2-only CPU: bf16 emulated
     assert eval_dtype(quick) == "fp32"
+
+
+def test_the_precision_command_names_the_sft_stages_masters(monkeypatch, capsys):
+    import argparse
+
+    from posttrain.commands import precision as command
+
+    monkeypatch.setenv(P.PROBE_ENV, "fp32=110,bf16=495")
+    assert command.run(argparse.Namespace(refresh=False)) == 0
+    out = capsys.readouterr().out
+    assert "sft       bf16" in out and "takes bf16_master" in out and "rl        fp32" in out
+    monkeypatch.setenv(P.PROBE_ENV, "fp32=110,bf16=1.1")  # AVX2: no bf16, no masters line
+    command.run(argparse.Namespace(refresh=False))
+    assert "bf16_master" not in capsys.readouterr().out
