@@ -17,7 +17,6 @@ Appends one row to bench/results/sft_masters.jsonl.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -30,17 +29,20 @@ ARMS = ("bf16", "bf16_master")
 
 
 def run_arm(work: Path, data: Path, precision: str, seed: int, steps: int) -> subprocess.Popen:
+    """Start one arm's SFT run; its output goes to ``<work>/seed<S>_<precision>.log``."""
     run_dir = work / f"seed{seed}_{precision}"
     args = [sys.executable, "-m", "posttrain.cli", "sft", "--config", str(ROOT / "recipes/sft.yaml"),
             f"run_dir={run_dir}", f"train.precision={precision}", f"train.seed={seed}", f"train.steps={steps}",
             "train.threads=1", "train.save_every=0", "train.keep_last=1", f"train.eval_every={steps}",
             "data.split_seed=0", f"data.train=[{{path: {data}}}]"]
-    log = open(work / f"seed{seed}_{precision}.log", "w")
-    return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    with open(work / f"seed{seed}_{precision}.log", "w") as log:  # the child keeps its own copy of the handle
+        return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
 
 
 def read_run(run_dir: Path) -> dict[str, float]:
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    from posttrain.train.metrics import read_metrics
+
+    rows = read_metrics(run_dir)
     speeds = [r["tokens_per_s"] for r in rows if "tokens_per_s" in r and r.get("step", 0) > 2]
     vals = [r["val_loss"] for r in rows if "val_loss" in r]
     if not speeds or not vals:

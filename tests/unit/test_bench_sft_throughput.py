@@ -1,6 +1,6 @@
-"""bench/sft_throughput.py's bf16_master trainer (``posttrain auto`` where bf16 is faster), on tiny-llama (the bench itself runs the
-embedded model): its step is the loop's (masters stepped, bf16 weights their rounding), and the
-next trainer starts from the fp32 weights again."""
+"""bench/sft_throughput.py's bf16_master trainer (``posttrain auto`` where bf16 is faster), on
+tiny-llama (the bench itself runs the embedded model): its step is the loop's (masters stepped, bf16
+weights their rounding), and the next trainer starts from the fp32 weights again."""
 
 import torch
 
