@@ -130,6 +130,8 @@ REPORTING_ONLY = {
     "bench/prune.py": "the pruned variants' recovery on test, reported; the searched architecture is chosen by "
                       "prune-search on held-out rows of the distillation data, never on test",
     "bench/eval_precision.py": "counts how many greedy answers bf16 moves on the headline problems; chooses nothing",
+    "bench/mopd_evidence.py": "scores the teachers and students on test once for the report; the teachers are "
+                              "picked on dev, the equal-time GRPO step by step times, never by a score",
     "bench/genrm_supervised.sh": "judges each arm's checkpoint on test once, after the dev rule chose it",
     "bench/genrm_expected.py": "measures both verdict modes; the mode is chosen on its --split dev run, test reported once",
     "bench/rlhf_judge.py": "the RLHF runs' test table: end-of-run checkpoints, a design fixed beforehand, nothing chosen",
