@@ -59,11 +59,14 @@ def checkpoint(run: Path, step: int) -> Path:
 
 
 def best_dev_checkpoint(run: Path, domain: str) -> Path:
-    """The RL run's saved checkpoint with the best dev score on ``domain`` (ties: the later step)."""
+    """The RL run's checkpoint with the best dev score on ``domain`` (ties: the later step), among the
+    steps it validated with records (every validated step is saved: eval_every is a multiple of
+    save_every in both recipes; a candidate not picked may have had its checkpoints deleted)."""
     scored = [(r[f"val_reward/{domain}"], r["step"]) for r in metrics(run)
-              if f"val_reward/{domain}" in r and r["step"] > 0 and checkpoint(run, r["step"]).is_dir()]
+              if f"val_reward/{domain}" in r and r["step"] > 0
+              and (run / "validation" / f"step_{r['step']:06d}.jsonl").is_file()]
     if not scored:
-        raise SystemExit(f"{run}: no saved checkpoint with a dev score on {domain}: has the run finished?")
+        raise SystemExit(f"{run}: no validated step with a dev score on {domain}: has the run finished?")
     return checkpoint(run, max(scored)[1])
 
 
@@ -174,6 +177,21 @@ def dev_curve(run: Path, rollouts_per_step: int = 36) -> list[dict[str, float]]:
              **{d: r[f"val_reward/{d}"] for d in DOMAINS}} for r in metrics(run) if "val_reward/math" in r]
 
 
+def off_topic(records: Path) -> int:
+    """Instruction answers our verifier fails for leaving the prompt's topic (its substance rule, which
+    IFEval's checkers do not have): where the two graders part."""
+    rows = [json.loads(line) for line in records.read_text().splitlines() if line.strip()]
+    return sum(r["env"] == "instruction" and "substance" in (r.get("reason") or "") for r in rows)
+
+
+def teacher_gap(run: Path) -> dict[str, list[float]]:
+    """Per domain, the MOPD run's sampled reverse KL to the teacher (``mopd_gap/<env>``, nat per token)
+    at its first and last step: how far the student is from each teacher, and whether it closed."""
+    rows = [r for r in metrics(run) if any(k.startswith("mopd_gap/") for k in r)]
+    return {d: [rows[0].get(f"mopd_gap/{d}", float("nan")), rows[-1].get(f"mopd_gap/{d}", float("nan"))]
+            for d in DOMAINS} if rows else {}
+
+
 def plot(curves: dict[str, list[dict[str, float]]], out: Path) -> None:
     """Dev score against student rollouts, one panel per domain, every seed's MOPD and GRPO curve."""
     import matplotlib
@@ -273,6 +291,12 @@ def main() -> int:
     print("equal time: " + "; ".join(f"seed {s}: MOPD {p['mopd_seconds']:.0f} s, GRPO step {p['grpo_equal_time_step']} "
                                       f"{p['grpo_equal_time_seconds']:.0f} s (step 10: {p['grpo_equal_rollouts_seconds']:.0f} s)"
                                       for s, p in plan.items()))
+    gaps = {s: teacher_gap(runs / f"mopd_mix_s{s}") for s in args.seeds}
+    print("reverse KL to the teacher, first -> last MOPD step (nat/token): " + "; ".join(
+        f"seed {s}: " + ", ".join(f"{d} {g[0]:.3f} -> {g[1]:.3f}" for d, g in gap.items()) for s, gap in gaps.items()))
+    substance = {name: off_topic(path) for name, path in files.items()}
+    print("instruction answers off the topic (our substance rule), of 96: "
+          + ", ".join(f"{k} {v}" for k, v in substance.items()))
     curves = {f"{kind}_s{s}": dev_curve(runs / f"{kind}_mix_s{s}") for s in args.seeds for kind in ("mopd", "grpo")}
     print("\ndev curves (the runs' own validation; rollouts: score math / instruction):")
     for name, pts in curves.items():
@@ -292,7 +316,7 @@ def main() -> int:
             "bench": "mopd_evidence", "seeds": args.seeds, "runs": str(runs.relative_to(ROOT)),
             "teachers": {d: str(p.relative_to(ROOT)) for d, p in teachers.items()},
             "teacher_vs_base": teacher_vs_base, "teacher_bar_met": bar_teachers, "per_seed": seeds, "mean": mean,
-            "student_within_1se": within, "student_above_grpo_equal_time": above, "equal_time": plan,
+            "student_within_1se": within, "student_above_grpo_equal_time": above, "equal_time": plan, "teacher_gap": gaps, "off_topic": substance,
             "dev_curves": curves, "result": line, **provenance("test")})
     return 0
 

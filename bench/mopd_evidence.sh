@@ -24,16 +24,20 @@ mkdir -p "$E"
 MATH="name: math, args: {families: [addition, chain_sum, multiplication, mixed_arithmetic, linear_equation]}, train_tasks: 96, val_tasks: 96"
 INSTR="name: instruction, args: {min_constraints: 1, max_constraints: 2}, train_tasks: 96, val_tasks: 96"
 
-done_() { [ -d "$E/$1/checkpoints/step_$(printf %06d "$2")" ]; }  # done_ NAME STEPS: the last checkpoint exists
+# done_ NAME STEPS: the run finished (its last checkpoint, or the mark left when it did: checkpoints
+# are 1.6 GB with the optimizer's state, and a finished run's may be deleted once scored)
+done_() { [ -d "$E/$1/checkpoints/step_$(printf %06d "$2")" ] || [ -e "$E/$1/finished" ]; }
 rl() {  # rl NAME STEPS [key=value ...]: one GRPO run, skipped when finished
   local name=$1 steps=$2; shift 2
   done_ "$name" "$steps" && { echo "$name: done"; return; }
   posttrain rl -c $R run_dir="$E/$name" train.steps="$steps" "$@" --no-progress > "$E/$name.log" 2>&1
+  touch "$E/$name/finished"
 }
 distill() {  # distill NAME [key=value ...]: one 10-step MOPD run, skipped when finished
   local name=$1; shift
   done_ "$name" 10 && { echo "$name: done"; return; }
   posttrain distill -c $D run_dir="$E/$name" "$@" --no-progress > "$E/$name.log" 2>&1
+  touch "$E/$name/finished"
 }
 
 TEACH="train.eval_every=10 train.save_every=10"
