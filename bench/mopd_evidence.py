@@ -124,8 +124,9 @@ def equal_time_step(grpo: Path, mopd_seconds: float) -> int:
     return next((s for s in saved if seconds.get(s, 0.0) >= mopd_seconds), saved[-1])
 
 
-def score(model: Path | str, out: Path) -> Path:
-    """Test records of ``model`` (written once, then reused), with the IFEval grades beside them."""
+def score(model: Path | str, out: Path, config_dir: Path) -> Path:
+    """Test records of ``model`` (written once, then reused), with the IFEval grades beside them
+    (``config_dir``: a run of the recipe, whose config.yaml names the instruction tasks)."""
     if not out.is_file():
         out.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run([sys.executable, "-m", "posttrain.cli", "validate", "-c", RECIPE, "--model", str(model),
@@ -135,7 +136,7 @@ def score(model: Path | str, out: Path) -> Path:
     if not ifeval.is_file():
         from posttrain.experiments.evidence import external_records
 
-        external_records(ROOT / "runs" / "mopd_evidence_config", out, "test", 96)
+        external_records(config_dir, out, "test", 96)
     return out
 
 
@@ -234,11 +235,6 @@ def main() -> int:
         print(pick_teacher(runs, domain, candidates).relative_to(ROOT))
         return 0
 
-    # the config external_records reads the instruction tasks from: the recipe the test scores use
-    cfg_dir = ROOT / "runs" / "mopd_evidence_config"
-    cfg_dir.mkdir(parents=True, exist_ok=True)
-    (cfg_dir / "config.yaml").write_text((ROOT / RECIPE).read_text())
-
     test = runs / "test"
     teachers = {d: pick_teacher(runs, d, c) for d, c in TEACHERS.items()}
     jobs: dict[str, Path | str] = {"base": "embedded", **{f"teacher_{d}": p for d, p in teachers.items()}}
@@ -254,7 +250,8 @@ def main() -> int:
         jobs[f"grpo_rollouts_s{s}"] = checkpoint(grpo, MOPD_STEPS)
         jobs[f"grpo_time_s{s}"] = checkpoint(grpo, eq)
     with ThreadPoolExecutor(2) as pool:  # two validations at a time, one thread each
-        files = dict(zip(jobs, pool.map(lambda kv: score(kv[1], test / f"{kv[0]}.jsonl"), jobs.items())))
+        grpo = runs / f"grpo_mix_s{args.seeds[0]}"  # a run of RECIPE: its config.yaml names the test tasks
+        files = dict(zip(jobs, pool.map(lambda kv: score(kv[1], test / f"{kv[0]}.jsonl", grpo), jobs.items())))
 
     teacher_vs_base = {d: gains(files["base"], files[f"teacher_{d}"]) for d in DOMAINS}
     seeds = {}

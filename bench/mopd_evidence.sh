@@ -11,9 +11,12 @@
 # 2. Per seed, from the base model: MOPD on both domains (10 steps), and GRPO on both domains
 #    (40 steps, a checkpoint every 5) for the two comparisons of equal compute: the GRPO checkpoint
 #    at MOPD's student rollouts (step 10) and the one at MOPD's training time (the report picks it
-#    by the runs' step times, never by a score). A MOPD step costs about three GRPO steps (the
+#    by the runs' step times, never by a score). A MOPD step costs three to four GRPO steps (the
 #    teacher's forward, and every rollout trained where GRPO skips groups with equal rewards).
-# Two runs at a time with one torch thread each: on 2 cores that beats one run with 2 threads.
+# Two runs at a time with one torch thread each: on 2 cores that beats one run with 2 threads (the
+# SFT fallback, a few minutes, trains beside the two teachers).
+# Disk: every checkpoint is kept (1.6 GB with the optimizer's state), about 45 GB in all; once the
+# report has scored a run, its checkpoints' trainer_state.pt can go (the marks keep it finished).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 E=${MOPD_DIR:-runs/mopd3}
