@@ -3,21 +3,19 @@ and the over-seed figures, on hand-made run folders."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.script_module import script_module
 
 
-def _bench():
-    spec = importlib.util.spec_from_file_location("mopd_evidence", ROOT / "bench" / "mopd_evidence.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+@pytest.fixture
+def b():
+    with script_module("bench", "mopd_evidence") as bench:
+        yield bench
 
 
 def _records(path: Path, domain: str, rewards: list[float]) -> None:
@@ -43,8 +41,7 @@ def _rl_run(run: Path, steps: dict[int, list[float]], step_s: float = 10.0, doma
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-def test_equal_time_step_is_the_first_saved_step_that_reaches_the_mopd_time(tmp_path):
-    b = _bench()
+def test_equal_time_step_is_the_first_saved_step_that_reaches_the_mopd_time(b, tmp_path):
     run = tmp_path / "grpo"
     _rl_run(run, {0: [0.0], 5: [0.0], 10: [0.0], 15: [0.0], 20: [0.0]}, step_s=12.0)
     assert b.train_seconds(run)[10] == pytest.approx(120.0)
@@ -53,8 +50,7 @@ def test_equal_time_step_is_the_first_saved_step_that_reaches_the_mopd_time(tmp_
     assert b.equal_time_step(run, 999.0) == 20  # never reached: the last saved step (the report says so)
 
 
-def test_pick_teacher_takes_the_best_dev_step_and_falls_back_below_three_se(tmp_path, monkeypatch):
-    b = _bench()
+def test_pick_teacher_takes_the_best_dev_step_and_falls_back_below_three_se(b, tmp_path):
     base = [0.0] * 20
     _records(tmp_path / "dev" / "base.jsonl", "math", base)
     # weak: step 10 gains 2 of 20 tasks (0.10 ± 0.069, under 3 se); its step 20 is worse, so step 10 is its best
@@ -68,8 +64,7 @@ def test_pick_teacher_takes_the_best_dev_step_and_falls_back_below_three_se(tmp_
     assert b.pick_teacher(tmp_path, "math", ["weak"]) == tmp_path / "weak" / "checkpoints" / "step_000010"
 
 
-def test_over_seeds_pools_paired_errors_and_the_spread_between_seeds():
-    b = _bench()
+def test_over_seeds_pools_paired_errors_and_the_spread_between_seeds(b):
     seeds = [{"pooled": {"gain": g, "se": se}} for g, se in ((0.10, 0.03), (0.20, 0.04), (0.00, 0.05))]
     m = b.over_seeds(seeds)["pooled"]
     assert m["gain"] == pytest.approx(0.10)
@@ -78,8 +73,7 @@ def test_over_seeds_pools_paired_errors_and_the_spread_between_seeds():
     assert m["per_seed"] == [0.10, 0.20, 0.00]
 
 
-def test_gains_are_paired_per_domain_pooled_and_by_ifeval(tmp_path):
-    b = _bench()
+def test_gains_are_paired_per_domain_pooled_and_by_ifeval(b, tmp_path):
     before, after = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     rows_a = [{"env": "math", "task_id": "m1", "reward": 0.0}, {"env": "math", "task_id": "m2", "reward": 1.0},
               {"env": "instruction", "task_id": "i1", "reward": 0.0}, {"env": "instruction", "task_id": "i2", "reward": 0.0}]
