@@ -25,7 +25,6 @@ bench/results/mopd_evidence.jsonl unless ``--no-record``.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 import subprocess
@@ -92,7 +91,7 @@ def pick_teacher(runs: Path, domain: str, candidates: list[str]) -> Path:
     from posttrain.eval.compare import paired_gain, read_task_rewards
 
     base = read_task_rewards(dev_records(runs, "embedded", "base"))[domain]
-    picked = []
+    first = None
     for name in candidates:
         run = runs / name
         ckpt = (best_dev_checkpoint(run, domain) if (run / "validation").is_dir()
@@ -101,10 +100,10 @@ def pick_teacher(runs: Path, domain: str, candidates: list[str]) -> Path:
         ok = g.se > 0 and g.gain >= 3 * g.se
         print(f"{name}: {ckpt.name} {domain} dev {g.before:.3f} -> {g.after:.3f}, {g.gain:+.3f} ± {g.se:.3f} "
               f"({'meets' if ok else 'misses'} the 3-se bar)", file=sys.stderr)
-        picked.append((ok, ckpt))
+        first = first or ckpt
         if ok:
             return ckpt
-    return picked[0][1]
+    return first
 
 
 def train_seconds(run: Path) -> dict[int, float]:
@@ -144,19 +143,16 @@ def gains(before: Path, after: Path) -> dict[str, dict[str, float]]:
     """Per domain, pooled, and IFEval's grade of instruction: after − before, paired over tasks."""
     from posttrain.eval.compare import paired_gain, read_task_rewards
 
+    def row(x: dict[str, float], y: dict[str, float]) -> dict[str, float]:
+        g = paired_gain(x, y)
+        return {"before": g.before, "after": g.after, "gain": g.gain, "se": g.se, "n": g.n}
+
     a, b = read_task_rewards(before), read_task_rewards(after)
-    out = {}
-    for d in DOMAINS:
-        g = paired_gain(a[d], b[d])
-        out[d] = {"before": g.before, "after": g.after, "gain": g.gain, "se": g.se, "n": g.n}
-    pooled_a = {f"{d}/{k}": v for d in DOMAINS for k, v in a[d].items()}
-    pooled_b = {f"{d}/{k}": v for d in DOMAINS for k, v in b[d].items()}
-    g = paired_gain(pooled_a, pooled_b)
-    out["pooled"] = {"before": g.before, "after": g.after, "gain": g.gain, "se": g.se, "n": g.n}
+    out = {d: row(a[d], b[d]) for d in DOMAINS}
+    out["pooled"] = row(*({f"{d}/{k}": v for d in DOMAINS for k, v in m[d].items()} for m in (a, b)))
     ia, ib = before.with_suffix(".ifeval.jsonl"), after.with_suffix(".ifeval.jsonl")
     if ia.is_file() and ib.is_file():
-        g = paired_gain(read_task_rewards(ia)["instruction"], read_task_rewards(ib)["instruction"])
-        out["instruction (IFEval)"] = {"before": g.before, "after": g.after, "gain": g.gain, "se": g.se, "n": g.n}
+        out["instruction (IFEval)"] = row(read_task_rewards(ia)["instruction"], read_task_rewards(ib)["instruction"])
     return out
 
 
@@ -181,8 +177,9 @@ def dev_curve(run: Path, rollouts_per_step: int = 36) -> list[dict[str, float]]:
 def off_topic(records: Path) -> int:
     """Instruction answers our verifier fails for leaving the prompt's topic (its substance rule, which
     IFEval's checkers do not have): where the two graders part."""
-    rows = [json.loads(line) for line in records.read_text().splitlines() if line.strip()]
-    return sum(r["env"] == "instruction" and "substance" in (r.get("reason") or "") for r in rows)
+    from posttrain.eval.compare import read_task_reasons
+
+    return sum("substance" in reason for reason in read_task_reasons(records).get("instruction", []))
 
 
 def teacher_gap(run: Path) -> dict[str, list[float]]:
