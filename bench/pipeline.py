@@ -255,10 +255,18 @@ def rl_vs_control_line(tables: list[dict[str, Any]]) -> str | None:
            for t in tables if t.get("external")]
     ext_text = (f"; {evidence.EXTERNAL_ENV} graded by IFEval's checkers, RL − SFT same time {pooled(ext)}"
                 if ext and all(ext) and len(ext) == len(tables) else "")
+    domains = [r for r in common if " · " not in r and r not in ("all", "all without flagged")]
+    by_domain = ("; per domain, mean of runs: " + ", ".join(
+        f"{d} {pooled([t['comparisons']['RL − SFT same time'][d] for t in tables])}" for d in domains)
+        if len(domains) > 1 else "")
+    num = [t["math_verify"]["comparisons"].get("RL − SFT same time", {}) for t in tables if t.get("math_verify")]
+    num_rows = sorted(set.intersection(*map(set, num))) if num and len(num) == len(tables) else []
+    num_text = ("; graded by Math-Verify, RL − SFT same time " + ", ".join(
+        f"{d} {pooled([n[d] for n in num])}" for d in num_rows if " · " not in d) if num_rows else "")
     return (f"RESULT pipeline_rl_vs_control: {pooled(time_g)} points (test, RL − SFT for the same time, pooled over "
             f"the RLVR environments' test tasks, mean of {len(time_g)} run(s): {seeds}; RL − SFT same tokens "
-            f"{pooled(tok) if tok else 'n/a'}; beyond +2 se in every run: {', '.join(above) or 'none'}; "
-            f"below −1 se in some run: {', '.join(below) or 'none'}{ext_text})")
+            f"{pooled(tok) if tok else 'n/a'}{by_domain}; beyond +2 se in every run: {', '.join(above) or 'none'}; "
+            f"below −1 se in some run: {', '.join(below) or 'none'}{ext_text}{num_text})")
 
 
 if __name__ == "__main__":

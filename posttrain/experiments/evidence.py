@@ -22,7 +22,9 @@ A second opinion no one here wrote: where the RLVR stage trains the ``instructio
 checkpoint's test answers there are graded again by the reference IFEval checkers of ``if-verifiable``
 (``external_records``; eval/benchmarks/ifeval.py maps each of our constraints to its checks), and the
 same comparisons are made on that grade: the ``external`` part of the table, with the share of tasks
-on which the two graders agree.
+on which the two graders agree. Where it trains ``arithmetic`` or ``math``, those answers are graded
+again by Math-Verify with its own answer extraction (``numeric_records``,
+eval/benchmarks/mathverify.py): the ``math_verify`` part, in the same shape.
 """
 
 from __future__ import annotations
@@ -78,19 +80,43 @@ def external_records(rl_dir: Path, records: Path, split: str, n_tasks: int) -> P
     """The ``instruction`` answers of ``records`` graded again by the reference IFEval checkers
     (``external_grades``), as a records file beside it (``<name>.ifeval.jsonl``). None when the RL run
     has no instruction environment, or the records carry no answers (written before they did)."""
+    rows = [r for r in map(json.loads, records.read_text().splitlines()) if r.get("env") == EXTERNAL_ENV]
+    if not rows or any(r.get("answer") is None for r in rows):
+        return None
+    tasks = scored_tasks(rl_dir, EXTERNAL_ENV, split, n_tasks)
+    path = records.with_suffix(".ifeval.jsonl")
+    path.write_text("".join(json.dumps(row) + "\n" for row in external_grades(rows, tasks)))
+    return path
+
+
+def scored_tasks(rl_dir: Path, env_name: str, split: str, n_tasks: int) -> dict[str, Any]:
+    """Task id → task, for the ``n_tasks`` tasks of the RL run's environment ``env_name`` that
+    ``score_records`` (``validate``) drew on ``split``; empty when the run has no such environment."""
     from posttrain.configs import load_config
     from posttrain.configs.rl import RLConfig
     from posttrain.envs.base import make_env
 
-    rows = [r for r in map(json.loads, records.read_text().splitlines()) if r.get("env") == EXTERNAL_ENV]
+    rl_cfg = load_config(RLConfig, rl_dir / "config.yaml", [])
+    spec = next((e for e in rl_cfg.envs if e.name == env_name), None)
+    if spec is None:
+        return {}
+    env = make_env(spec.name, **spec.args)  # in process: only its tasks are needed
+    return {t.id: t for t in env.tasks(split, n_tasks, spec.task_seed)}
+
+
+def numeric_records(rl_dir: Path, records: Path, split: str, n_tasks: int) -> Path | None:
+    """The ``arithmetic`` and ``math`` answers of ``records`` graded again by Math-Verify
+    (eval/benchmarks/mathverify.py), as a records file beside it (``<name>.mathverify.jsonl``). None
+    when the RL run has neither environment, or the records carry no answers."""
+    from posttrain.eval.benchmarks import mathverify
+
+    rows = [r for r in map(json.loads, records.read_text().splitlines()) if r.get("env") in mathverify.ENVS]
     if not rows or any(r.get("answer") is None for r in rows):
         return None
-    rl_cfg = load_config(RLConfig, rl_dir / "config.yaml", [])
-    spec = next(e for e in rl_cfg.envs if e.name == EXTERNAL_ENV)
-    env = make_env(spec.name, **spec.args)  # in process: only its tasks are needed
-    tasks = {t.id: t for t in env.tasks(split, n_tasks, spec.task_seed)}  # the tasks validate() drew
-    path = records.with_suffix(".ifeval.jsonl")
-    path.write_text("".join(json.dumps(row) + "\n" for row in external_grades(rows, tasks)))
+    golds = {tid: str(t.ground_truth) for name in {r["env"] for r in rows}
+             for tid, t in scored_tasks(rl_dir, name, split, n_tasks).items()}
+    path = records.with_suffix(".mathverify.jsonl")
+    path.write_text("".join(json.dumps(row) + "\n" for row in mathverify.regrade(rows, golds)))
     return path
 
 
@@ -126,7 +152,10 @@ def comparisons(models: dict[str, dict[str, Any]], key: str = "records") -> dict
 
 def table(models: dict[str, dict[str, Any]], rl_dir: Path | None = None) -> dict[str, Any]:
     """Per domain (and wording) and pooled: each checkpoint's mean test reward and the comparisons;
-    with ``rl_dir``, also the instruction answers graded by IFEval's checkers (``external``)."""
+    with ``rl_dir``, also the instruction answers graded by IFEval's checkers (``external``) and the
+    arithmetic and math answers by Math-Verify (``math_verify``)."""
+    from posttrain.eval.benchmarks import mathverify
+
     first = next(iter(models.values()))
     out = {**_scored(models, "records"), "n_tasks": first["n_tasks"], "split": first.get("split", "test")}
     if rl_dir is not None:
@@ -135,6 +164,11 @@ def table(models: dict[str, dict[str, Any]], rl_dir: Path | None = None) -> dict
             graded = {name: {**m, "external": str(ext[name])} for name, m in models.items()}
             out["external"] = {**_scored(graded, "external"), "grader": "IFEval (if-verifiable)",
                                "agreement": {name: agreement(p) for name, p in ext.items() if p}}
+        num = {name: numeric_records(rl_dir, Path(m["records"]), out["split"], m["n_tasks"]) for name, m in models.items()}
+        if all(num.values()):
+            graded = {name: {**m, "math_verify": str(num[name])} for name, m in models.items()}
+            out["math_verify"] = {**_scored(graded, "math_verify"), "grader": mathverify.GRADER,
+                                  "agreement": {name: agreement(p) for name, p in num.items() if p}}
     return out
 
 
@@ -147,11 +181,12 @@ def _scored(models: dict[str, dict[str, Any]], key: str) -> dict[str, Any]:
 
 
 def agreement(path: Path) -> dict[str, Any]:
-    """Share of tasks on which IFEval's checkers and our verifier give the same verdict (``external_records``)."""
+    """Share of tasks on which a reference grader (IFEval's checkers, Math-Verify) and our verifier give
+    the same verdict, and how many each passes alone (``external_records``, ``numeric_records``)."""
     rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
     same = sum(r["reward"] == r["ours"] for r in rows)
     return {"n": len(rows), "same": same, "rate": same / len(rows) if rows else None,
-            "ifeval_only": sum(r["reward"] > r["ours"] for r in rows), "ours_only": sum(r["ours"] > r["reward"] for r in rows)}
+            "reference_only": sum(r["reward"] > r["ours"] for r in rows), "ours_only": sum(r["ours"] > r["reward"] for r in rows)}
 
 
 COLUMNS = {"base": "base", "sft": "SFT", "rl": "SFT + RL", **CONTROLS}
@@ -182,6 +217,17 @@ def lines(t: dict[str, Any]) -> list[str]:
         for title, gains in ext["comparisons"].items():
             if title.startswith("RL − ") and EXTERNAL_ENV in gains:
                 out.append(f"    {title:24s} {gain_text(gains[EXTERNAL_ENV])}")
+    num = t.get("math_verify")
+    if num:
+        agree = "; ".join(f"{COLUMNS[n]} {a['same']}/{a['n']}" for n, a in num["agreement"].items())
+        out.append(f"  arithmetic and math graded by {num['grader']}, its own answer extraction (graders agree: {agree}):")
+        out.append(f"    {'':24s}" + "".join(f"{COLUMNS[n]:>16s}" for n in names if n in num["scores"]))
+        for row in next(iter(num["scores"].values())):
+            out.append(f"    {row:24s}" + "".join(f"{num['scores'][n].get(row, float('nan')):16.3f}"
+                                               for n in names if n in num["scores"]))
+        for title, gains in num["comparisons"].items():
+            if title.startswith("RL − "):
+                out += [f"    {title}:"] + [f"      {row:22s} {gain_text(g)}" for row, g in gains.items()]
     return out
 
 

@@ -99,3 +99,19 @@ def test_rl_vs_control_line_gives_both_the_paired_and_the_between_run_error():
     assert line.startswith("RESULT pipeline_rl_vs_control: -1.0 ± 1.7 (± 1.7 between runs) points")
     assert "mean of 3 run(s)" in line and "beyond +2 se in every run: arithmetic · story" in line
     assert one.startswith("RESULT pipeline_rl_vs_control: -1.0 ± 3.0 points") and "between runs" not in one
+
+
+def test_rl_vs_control_line_gives_each_domain_and_math_verifys_grade_over_the_runs():
+    def gains(arith, math):
+        return {"RL − SFT same time": {"all": {"gain": (arith + math) / 2, "se": 0.02},
+                                       "arithmetic": {"gain": arith, "se": 0.03}, "math": {"gain": math, "se": 0.03},
+                                       "arithmetic · story": {"gain": 0.3, "se": 0.05}}}
+
+    def table(arith, math, mv_math):
+        return {"comparisons": gains(arith, math), "math_verify": {"comparisons": gains(arith, mv_math)}}
+
+    with script_module("bench", "pipeline") as bench:
+        line = bench.rl_vs_control_line([table(0.10, -0.02, 0.01), table(0.04, -0.05, -0.01)])
+    assert "per domain, mean of runs: arithmetic +7.0 ± 2.1 (± 3.0 between runs), math -3.5 ± 2.1" in line
+    assert "graded by Math-Verify, RL − SFT same time all" in line and "math +0.0 ± 2.1" in line
+    assert "arithmetic · story +30.0" not in line  # wordings are not domains

@@ -87,4 +87,46 @@ def test_the_external_part_of_the_table_pairs_the_same_checkpoints(tmp_path):
     cmp = evidence.comparisons(models, "external")
     assert cmp["RL − SFT"]["instruction"]["gain"] == pytest.approx(0.5)
     a = evidence.agreement(tmp_path / "rl.ifeval.jsonl")
-    assert (a["same"], a["n"], a["ours_only"], a["ifeval_only"]) == (3, 4, 1, 0)
+    assert (a["same"], a["n"], a["ours_only"], a["reference_only"]) == (3, 4, 1, 0)
+
+
+def test_math_verify_reads_whole_replies_with_its_own_extraction():
+    """Math-Verify takes the answer by its own priorities, not ours: a right final answer passes, a
+    wrong one fails with what it read, a reply without a number fails, and only arithmetic and math
+    records (with a reference) are graded."""
+    from posttrain.eval.benchmarks import mathverify
+
+    assert mathverify.grade_reply("23 + 45 = 68.\nAnswer: 68", "68") == (True, "68")
+    assert mathverify.grade_reply("So the answer is 123.", "1339") == (False, "123")
+    assert mathverify.grade_reply("I cannot say.", "4") == (False, "")
+    assert mathverify.grade_reply("The answer is 0.5", "1/2")[0]  # equivalence, not string equality
+    rows = [{"env": "arithmetic", "task_id": "a1", "answer": "Answer: 7", "reward": 1.0},
+            {"env": "math", "task_id": "m1", "answer": "x = 3, so the answer is 4", "reward": 0.0},
+            {"env": "math", "task_id": "m2", "answer": "nothing", "reward": 0.0},
+            {"env": "instruction", "task_id": "i1", "answer": "7", "reward": 1.0},  # not a numeric domain
+            {"env": "math", "task_id": "m-no-gold", "answer": "7", "reward": 1.0}]
+    graded = mathverify.regrade(rows, {"a1": "7", "m1": "4", "m2": "5", "i1": "7"})
+    assert [(g["task_id"], g["reward"], g["ours"]) for g in graded] == [("a1", 1.0, 1.0), ("m1", 1.0, 0.0), ("m2", 0.0, 0.0)]
+    assert graded[2]["reason"] == "math-verify found no answer"
+
+
+def test_numeric_records_grade_the_scored_test_tasks_again(tmp_path):
+    """``numeric_records`` finds the references of the very tasks ``score_records`` drew (the RL run's
+    environment, split and task seed) and writes Math-Verify's verdicts beside the records."""
+    import yaml
+
+    from posttrain.envs.base import make_env
+
+    args = {"max_digits": 2, "min_digits": 1, "phrasings": ["words", "story"]}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(
+        {"model": "embedded", "envs": [{"name": "arithmetic", "args": args, "task_seed": 3, "val_tasks": 4}]}))
+    tasks = make_env("arithmetic", **args).tasks("test", 4, 3)
+    records = tmp_path / "rl.jsonl"
+    records.write_text("".join(json.dumps({"env": "arithmetic", "task_id": t.id, "reward": float(i < 2), "reason": "",
+                                           "answer": f"The answer is {t.ground_truth}" if i < 3 else "no idea"}) + "\n"
+                               for i, t in enumerate(tasks)))
+    path = evidence.numeric_records(tmp_path, records, "test", 4)
+    graded = [json.loads(x) for x in path.read_text().splitlines()]
+    assert path.name == "rl.mathverify.jsonl"
+    assert [g["reward"] for g in graded] == [1.0, 1.0, 1.0, 0.0] and [g["ours"] for g in graded] == [1.0, 1.0, 0.0, 0.0]
+    assert evidence.agreement(path)["reference_only"] == 1
