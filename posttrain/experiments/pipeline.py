@@ -533,7 +533,7 @@ def run_pipeline(cfg: PipelineConfig, run_dir: Path, command: str) -> int:
     print(f"[pipeline] before: accuracy {before['accuracy']:.1%}, held-out loss {before['heldout_loss']:.3f}")
     sft = cached_stage(run_dir, "sft", lambda: run_sft(cfg, run_dir, data))
     after = cached_stage(run_dir, "after", lambda: measure(cfg, sft["checkpoint"], data, sampled=cfg.rlvr))
-    rl = after_rl = arm = ctrl = after_ctrl = tested = None
+    rl = after_rl = arm = after_arm = ctrl = after_ctrl = tested = None
     if cfg.rlvr:
         rl = cached_stage(run_dir, "rlvr", lambda: run_rl_stage(cfg, run_dir / "rl", sft["checkpoint"], cfg.rl_steps,
                                                            rlvr_envs(cfg), rlvr_stage=True))
@@ -544,6 +544,9 @@ def run_pipeline(cfg: PipelineConfig, run_dir: Path, command: str) -> int:
         if cfg.sft_arm:  # the equal-compute controls (experiments/evidence.py)
             arm = cached_stage(run_dir, "sft_arm", lambda: run_sft_arm(cfg, run_dir, data, sft, rl))
             models["sft_arm"] = arm["checkpoint"]
+            if cfg.rl_headline:  # the same-time control on the headline problems too: the SFT data's own
+                # wording, which the test table lacks when the RLVR stage trains other wordings or domains
+                after_arm = cached_stage(run_dir, "after_sft_arm", lambda: measure(cfg, arm["checkpoint"], data))
         if cfg.tokens_arm:
             tok = cached_stage(run_dir, "tokens_arm", lambda: run_tokens_arm(cfg, run_dir, data, sft, rl))
             models["tokens_arm"] = tok["checkpoint"]
@@ -557,7 +560,7 @@ def run_pipeline(cfg: PipelineConfig, run_dir: Path, command: str) -> int:
             for name, model in models.items()}
         tested = evidence.table(scored, Path(rl["run_dir"]))
         tested["precision"] = next(iter(scored.values())).get("precision", "fp32")  # every row decoded alike
-    print(report(run_dir, before, after, sft, time.time() - t0, rl, after_rl, arm, None, ctrl, after_ctrl, tested))
+    print(report(run_dir, before, after, sft, time.time() - t0, rl, after_rl, arm, after_arm, ctrl, after_ctrl, tested))
     sections: dict[str, str] = {}
     if cfg.distill:
         runs = run_distill(cfg, run_dir, sft)
