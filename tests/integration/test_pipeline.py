@@ -35,7 +35,7 @@ TINY = {
     "rl_overrides": "[rollout.prompts_per_step=3, rollout.group_size=2, rollout.max_new_tokens=6, "
                     "algo.overlong_filter=false, optim.lr=1e-3]",
 }
-STAGES = ["data", "before", "sft", "after", "rlvr", "after_rl", "sft_arm", "tokens_arm", "anchor_control",
+STAGES = ["data", "before", "sft", "after", "rlvr", "after_rl", "sft_arm", "after_sft_arm", "tokens_arm", "anchor_control",
           "after_anchor_control", "test_base", "test_sft", "test_rl", "test_sft_arm", "test_tokens_arm",
           "specialist_math", "specialist_instruction", "mopd"]
 
@@ -52,7 +52,7 @@ def test_pipeline_with_rlvr_and_distill_reports_resumes_and_writes_loadable_chec
     assert pipeline_command.run(_args(run_dir, distill=True, anchor_control=True)) == 0
     out = capsys.readouterr().out
     assert sorted(p.stem for p in (run_dir / "stages").glob("*.json")) == sorted(STAGES)
-    assert "after SFT      after RL  anchor alone" in out and "RLVR held-out validation reward" in out
+    assert "after RL    longer SFT  anchor alone" in out and "RLVR held-out validation reward" in out
     for dom in ("arithmetic", "mcq", "mean"):
         assert f"    {dom}" in out
     assert "RL (after RL − after SFT)" in out and "RL − SFT same time (paired" in out and "± " in out
@@ -72,8 +72,10 @@ def test_pipeline_with_rlvr_and_distill_reports_resumes_and_writes_loadable_chec
     assert {k for k in rl["val_gains"] if " · " not in k} == {"arithmetic", "mcq", "instruction", "all"}
     assert rl["val_gains"]["all"]["n"] == 3 * TINY["rl_val_tasks"]
     assert len(rep["after"]["per_task"]) == TINY["n_eval"]
+    # the same-time control on the headline problems too (the SFT data's own wording): "longer SFT"
     assert set(rep["gains"]) == {"SFT (after SFT − before)", "RL (after RL − after SFT)", "anchor alone − after SFT",
-                                 "RL − anchor alone"}
+                                 "RL − anchor alone", "longer SFT − after SFT", "RL − longer SFT"}
+    assert rep["after_sft_arm"]["model"] == rep["sft_arm"]["checkpoint"]
     assert rep["gains"]["SFT (after SFT − before)"]["accuracy"]["n"] == TINY["n_eval"]
     # sampled accuracy (pass@1 of eval_samples answers) for the checkpoints RL is compared with only
     assert "sampled_accuracy" not in rep["before"] and rep["after"]["sampled_k"] == 2
@@ -103,6 +105,9 @@ def test_pipeline_with_rlvr_and_distill_reports_resumes_and_writes_loadable_chec
     assert set(tested) == {"arithmetic", "mcq", "instruction"}
     ext = test["external"]  # the instruction answers again, by IFEval's checkers (tasks with a mapped constraint)
     assert set(ext["scores"]) == set(test["scores"]) and all(a["n"] <= 2 for a in ext["agreement"].values())
+    num = test["math_verify"]  # the arithmetic answers again, by Math-Verify's own extraction
+    assert set(num["scores"]) == set(test["scores"]) and all(a["n"] == 2 for a in num["agreement"].values())
+    assert "graded by Math-Verify (math-verify)" in out
     assert all(split_of(i) == "test" for i in tested["mcq"])  # mcq ids are content hashes: their split is the rule's
     # the anchor alone: the RLVR stage's SFT rows without the reward, from the SFT checkpoint
     ctrl = rep["anchor_control"]
@@ -132,7 +137,7 @@ def test_pipeline_with_rlvr_and_distill_reports_resumes_and_writes_loadable_chec
 
     acc = EventAccumulator(str(run_dir / "tb" / "pipeline"))
     acc.Reload()
-    assert [e.step for e in acc.Scalars("heldout/accuracy")] == [0, 1, 2, 3]
+    assert [e.step for e in acc.Scalars("heldout/accuracy")] == [0, 1, 2, 3, 4]  # before, SFT, RL, longer SFT, anchor alone
     sft_tb = EventAccumulator(str(run_dir / "tb" / "sft"))
     sft_tb.Reload()
     assert "loss" in sft_tb.Tags()["scalars"]
