@@ -141,9 +141,11 @@ class PipelineConfig(StrictModel):
     """The split the RL-vs-control table scores: ``test`` for the reported figures, ``dev`` for runs that
     choose a setting (a domain mix, a step count): choose on dev, then report test."""
     rl_headline: bool = True
-    """Also measure the RL checkpoint on the headline problems (the SFT stage's before/after measure),
-    for the report's RL column and its RL − SFT gain there. ``--quick`` skips it (~30 s): the test table
-    scores the RL checkpoint against SFT and the controls anyway."""
+    """Also measure the RL checkpoint, and the same-time control (``sft_arm``), on the headline problems
+    (the SFT stage's before/after measure), for the report's RL and "longer SFT" columns and their
+    gains there: the SFT data's own wording, which the test table lacks when RL trains elsewhere.
+    ``--quick`` skips it (~30 s each): the test table scores the RL checkpoint against SFT and the
+    controls anyway."""
     test_base: bool = True
     """Also score the base model on the test table (``--quick`` skips it: ~25 s)."""
     anchor_control: bool = False

@@ -12,14 +12,14 @@ so the disagreements can be counted and read.
 
 Timeouts: math_verify guards ``parse`` and ``verify`` with ``signal.alarm`` (5 s each), which works
 only on the main thread; a regrade runs there (the pipeline's report, the benches), never in a
-server's thread, so the guard stays on: a reply is arbitrary text, and sympy can hang on one.
+server's thread, so the guard stays on: a reply is arbitrary text, and sympy can hang on one. Off the
+main thread the guard raises, and the reply scores 0 with the error as its reason (never silently).
 """
 
 from __future__ import annotations
 
 from typing import Any, Sequence
 
-PACKAGE = "math-verify"
 GRADER = "Math-Verify (math-verify)"
 ENVS = ("arithmetic", "math")
 """The environments whose answers it grades: a number against a numeric reference."""
