@@ -29,6 +29,7 @@ eval/benchmarks/mathverify.py): the ``math_verify`` part, in the same shape.
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -113,11 +114,18 @@ def numeric_records(rl_dir: Path, records: Path, split: str, n_tasks: int) -> Pa
     rows = [r for r in map(json.loads, records.read_text().splitlines()) if r.get("env") in mathverify.ENVS]
     if not rows or any(r.get("answer") is None for r in rows):
         return None
-    golds = {tid: str(t.ground_truth) for name in {r["env"] for r in rows}
-             for tid, t in scored_tasks(rl_dir, name, split, n_tasks).items()}
     path = records.with_suffix(".mathverify.jsonl")
-    path.write_text("".join(json.dumps(row) + "\n" for row in mathverify.regrade(rows, golds)))
+    path.write_text("".join(json.dumps(row) + "\n" for row in mathverify.regrade(rows, references(rl_dir, split, n_tasks))))
     return path
+
+
+@functools.lru_cache(maxsize=8)
+def references(rl_dir: Path, split: str, n_tasks: int) -> dict[str, str]:
+    """Task id → reference answer of the RL run's arithmetic and math tasks on ``split``: drawn once
+    per table, not once per checkpoint (a run's config does not change while its table is built)."""
+    from posttrain.eval.benchmarks.mathverify import ENVS
+
+    return {tid: str(t.ground_truth) for name in ENVS for tid, t in scored_tasks(rl_dir, name, split, n_tasks).items()}
 
 
 def external_grades(rows: list[dict[str, Any]], tasks: dict[str, Any]) -> list[dict[str, Any]]:
@@ -193,41 +201,36 @@ COLUMNS = {"base": "base", "sft": "SFT", "rl": "SFT + RL", **CONTROLS}
 
 
 def lines(t: dict[str, Any]) -> list[str]:
-    """The report's test section on stdout: scores per row, then RL against each control."""
-    rows = list(next(iter(t["scores"].values())))
+    """The report's test section on stdout: scores per row, then RL against each control; then the same
+    answers as the second graders score them (IFEval's checkers, Math-Verify), where the table has them."""
     names = [n for n in COLUMNS if n in t["scores"]]
     chosen = "chosen on nothing" if t.get("split", "test") == "test" else "for choosing settings; not a reported figure"
     out = [f"  {t.get('split', 'test')} split (greedy, {t['n_tasks']} tasks per environment; {chosen}):",
-           f"    {'':24s}" + "".join(f"{COLUMNS[n]:>16s}" for n in names)]
-    for row in rows:
-        out.append(f"    {row:24s}" + "".join(f"{t['scores'][n].get(row, float('nan')):16.3f}" for n in names))
+           *_score_rows(t["scores"], names, list(next(iter(t["scores"].values()))))]
     for title, gains in t["comparisons"].items():
-        if not title.startswith("RL − "):
+        if title.startswith("RL − "):
+            out.append(f"  {title} (paired per task; * beyond 2 se):")
+            out += [f"    {row:24s} {gain_text(g)}" for row, g in gains.items()]
+    for part, what in (("external", f"{EXTERNAL_ENV} graded by {{}} (tasks with a mapped constraint"),
+                       ("math_verify", "arithmetic and math graded by {}, its own answer extraction (")):
+        second = t.get(part)
+        if not second:
             continue
-        out.append(f"  {title} (paired per task; * beyond 2 se):")
-        for row, g in gains.items():
-            out.append(f"    {row:24s} {gain_text(g)}")
-    ext = t.get("external")
-    if ext:
-        agree = "; ".join(f"{COLUMNS[n]} {a['same']}/{a['n']}" for n, a in ext["agreement"].items())
-        out.append(f"  {EXTERNAL_ENV} graded by {ext['grader']} (tasks with a mapped constraint; graders agree: {agree}):")
-        out.append(f"    {'':24s}" + "".join(f"{COLUMNS[n]:>16s}" for n in names if n in ext["scores"]))
-        out.append(f"    {EXTERNAL_ENV:24s}" + "".join(f"{ext['scores'][n].get(EXTERNAL_ENV, float('nan')):16.3f}"
-                                                      for n in names if n in ext["scores"]))
-        for title, gains in ext["comparisons"].items():
-            if title.startswith("RL − ") and EXTERNAL_ENV in gains:
-                out.append(f"    {title:24s} {gain_text(gains[EXTERNAL_ENV])}")
-    num = t.get("math_verify")
-    if num:
-        agree = "; ".join(f"{COLUMNS[n]} {a['same']}/{a['n']}" for n, a in num["agreement"].items())
-        out.append(f"  arithmetic and math graded by {num['grader']}, its own answer extraction (graders agree: {agree}):")
-        out.append(f"    {'':24s}" + "".join(f"{COLUMNS[n]:>16s}" for n in names if n in num["scores"]))
-        for row in next(iter(num["scores"].values())):
-            out.append(f"    {row:24s}" + "".join(f"{num['scores'][n].get(row, float('nan')):16.3f}"
-                                               for n in names if n in num["scores"]))
-        for title, gains in num["comparisons"].items():
+        rows = [EXTERNAL_ENV] if part == "external" else list(next(iter(second["scores"].values())))
+        agree = "; ".join(f"{COLUMNS[n]} {a['same']}/{a['n']}" for n, a in second["agreement"].items())
+        out.append(f"  {what.format(second['grader'])}{'; ' if part == 'external' else ''}graders agree: {agree}):")
+        out += _score_rows(second["scores"], [n for n in names if n in second["scores"]], rows)
+        for title, gains in second["comparisons"].items():
             if title.startswith("RL − "):
-                out += [f"    {title}:"] + [f"      {row:22s} {gain_text(g)}" for row, g in gains.items()]
+                out += [f"    {title:22s} {row:22s} {gain_text(gains[row])}" for row in rows if row in gains]
+    return out
+
+
+def _score_rows(scores: dict[str, dict[str, float]], names: list[str], rows: list[str]) -> list[str]:
+    """A header of checkpoint names, then one line of mean rewards per row (domain, wording, pooled)."""
+    out = [f"    {'':24s}" + "".join(f"{COLUMNS[n]:>16s}" for n in names)]
+    for row in rows:
+        out.append(f"    {row:24s}" + "".join(f"{scores[n].get(row, float('nan')):16.3f}" for n in names))
     return out
 
 
