@@ -105,6 +105,10 @@ class PipelineConfig(StrictModel):
     are the three-domain runs' environments (``RL_DOMAINS`` in experiments/pipeline.py), each with
     ``rl_mix_train_tasks`` training tasks. Every listed domain is validated (``rl_val_tasks`` each);
     a ratio of 0 validates without training."""
+    rl_math_families: list[Literal["addition", "chain_sum", "multiplication", "mixed_arithmetic", "linear_equation", "gcd",
+                                   "lcm", "fraction_simplification", "leg_counting", "word_problem"]] | None = None
+    """The reasoning-gym families of the RLVR stage's ``math`` domain (``FAMILIES`` in envs/math_env.py;
+    a test keeps the two lists equal). None: ``RL_DOMAINS``'s five arithmetic families."""
     rl_mix_train_tasks: int = Field(200, ge=1)
     """Training pool per non-arithmetic domain of the RLVR stage."""
     rl_mix_lr: float = Field(1e-5, gt=0)
@@ -193,6 +197,9 @@ class PipelineConfig(StrictModel):
                              "no arithmetic problem to train on")
         if any(r < 0 for r in self.rl_mix.values()):
             raise ValueError(f"rl_mix: {self.rl_mix}: ratios must be >= 0")
+        if self.rl_math_families is not None and (not self.rl_math_families or "math" not in self.rl_mix):
+            raise ValueError(f"rl_math_families={self.rl_math_families}: name at least one family, and put math in "
+                             f"rl_mix (got {self.rl_mix})")
         pools = {"arithmetic": self.rl_arith_train_tasks}
         small = {d: pools.get(d, self.rl_mix_train_tasks) for d in self.rl_mix}
         small = {d: n for d, n in small.items() if n < self.rl_profile_tasks}

@@ -106,7 +106,10 @@ def rlvr_envs(cfg: PipelineConfig) -> list[dict[str, Any]]:
             envs.append({"name": "arithmetic", "args": args, "ratio": ratio,
                          "train_tasks": cfg.rl_arith_train_tasks, "task_seed": cfg.seed, "val_tasks": cfg.rl_val_tasks})
         else:
-            envs.append({"name": name, "args": RL_DOMAINS[name], "ratio": ratio, "train_tasks": cfg.rl_mix_train_tasks,
+            args = RL_DOMAINS[name]
+            if name == "math" and cfg.rl_math_families:
+                args = {**args, "families": list(cfg.rl_math_families)}
+            envs.append({"name": name, "args": args, "ratio": ratio, "train_tasks": cfg.rl_mix_train_tasks,
                          "task_seed": cfg.seed, "val_tasks": cfg.rl_val_tasks})
     return envs
 

@@ -135,6 +135,29 @@ def test_rl_mix_is_validated_before_any_work():
         PipelineConfig(rl_phrasings=["poem"])
 
 
+def test_the_math_domain_trains_the_families_the_config_names():
+    import typing
+
+    from posttrain.configs.pipeline import PipelineConfig
+    from posttrain.envs.math_env import FAMILIES
+    from posttrain.experiments.pipeline import RL_DOMAINS, rlvr_envs
+
+    field = PipelineConfig.model_fields["rl_math_families"].annotation
+    listed = typing.get_args(typing.get_args(typing.get_args(field)[0])[0])
+    assert sorted(listed) == sorted(FAMILIES)  # the config's names are the environment's, no more, no fewer
+    cfg = PipelineConfig(rl_mix={"arithmetic": 1.0, "math": 1.0}, rl_math_families=["gcd", "lcm"])
+    math_env = next(e for e in rlvr_envs(cfg) if e["name"] == "math")
+    assert math_env["args"]["families"] == ["gcd", "lcm"]
+    default = next(e for e in rlvr_envs(PipelineConfig(rl_mix={"math": 1.0})) if e["name"] == "math")
+    assert default["args"] == RL_DOMAINS["math"]
+    with pytest.raises(ValueError, match="rl_math_families"):
+        PipelineConfig(rl_math_families=["gcd"])  # no math domain in rl_mix to train them
+    with pytest.raises(ValueError, match="rl_math_families"):
+        PipelineConfig(rl_mix={"math": 1.0}, rl_math_families=[])
+    with pytest.raises(ValueError, match="rl_math_families"):
+        PipelineConfig(rl_mix={"math": 1.0}, rl_math_families=["calculus"])
+
+
 def test_arithmetic_asked_in_several_wordings_gets_a_gain_per_wording(tmp_path):
     from posttrain.experiments.pipeline_report import subsets, validation_gains
 

@@ -1,0 +1,74 @@
+"""Which math families could an RLVR stage teach, and which does plain arithmetic SFT already reach?
+
+    python bench/math_family_probe.py --model embedded --model runs/probe9/sft/checkpoints/step_000040
+
+For each model and each reasoning-gym family of the math environment (envs/math_env.py ``FAMILIES``):
+the pass rate on ``--tasks`` **dev** tasks, ``--k`` samples each at the RLVR stage's temperature,
+token budget and reasoning-on prompt (recipes/pipeline_evidence_reach.yaml), and how many of those
+tasks had unequal rewards among their samples (a GRPO group with equal rewards carries no signal).
+Trial 9 of docs/results/rlvr_vs_sft.md chose its math families by it: the families where the SFT
+checkpoint is not above the base and still passes some samples. Nothing here reads test.
+
+Appends one row per run to bench/results/math_family_probe.jsonl; ends with ``RESULT math_family_probe``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from results_row import append_row, provenance  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results" / "math_family_probe.jsonl"
+
+
+def probe(model: str, families: list[str], n: int, k: int, temperature: float, max_new_tokens: int) -> dict[str, dict]:
+    """Family → pass rate, tasks with unequal rewards, and the reasons samples failed, for ``model``."""
+    from posttrain.engines.hf import HFGenerator
+    from posttrain.envs.base import make_env
+    from posttrain.eval.evaluate import evaluate
+
+    gen = HFGenerator.from_spec(model, batch_size=32, dtype="bf16")
+    out = {}
+    for fam in families:
+        r = evaluate(gen, make_env("math", families=[fam]), "dev", n, k=k, temperature=temperature,
+                     max_new_tokens=max_new_tokens, seed=0, reasoning=True)
+        rates = [sum(s.reward for s in t.samples) / len(t.samples) for t in r.tasks]
+        reasons: dict[str, int] = {}
+        for s in (s for t in r.tasks for s in t.samples):
+            reasons[s.reason] = reasons.get(s.reason, 0) + 1
+        out[fam] = {"pass": round(statistics.mean(rates), 3), "mixed_tasks": sum(0 < x < 1 for x in rates),
+                    "tasks": len(rates), "reasons": reasons}
+        print(f"{model}  {fam:<24} pass {out[fam]['pass']:.3f}  unequal-reward tasks {out[fam]['mixed_tasks']}/{len(rates)}", flush=True)
+    return out
+
+
+def main() -> None:
+    from posttrain.envs.math_env import FAMILIES
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", action="append", required=True, help="'embedded' or a checkpoint; repeat for several")
+    ap.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES))
+    ap.add_argument("--tasks", type=int, default=24)
+    ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--temperature", type=float, default=0.7)
+    ap.add_argument("--max-new-tokens", type=int, default=80)
+    ap.add_argument("--no-record", action="store_true", help="print only; append no row")
+    args = ap.parse_args()
+    rows = {m: probe(m, args.families, args.tasks, args.k, args.temperature, args.max_new_tokens) for m in args.model}
+    if not args.no_record:
+        append_row(RESULTS, {"models": rows, "tasks": args.tasks, "k": args.k, "temperature": args.temperature,
+                             "max_new_tokens": args.max_new_tokens, **provenance("dev")})
+    first, last = args.model[0], args.model[-1]
+    kept = [f for f in args.families if rows[last][f]["pass"] <= rows[first][f]["pass"] and rows[last][f]["mixed_tasks"] >= 2]
+    print(f"RESULT math_family_probe: {len(kept)} families (dev, {last} not above {first} and with >= 2 tasks of "
+          f"unequal rewards: {', '.join(kept) or 'none'})")
+
+
+if __name__ == "__main__":
+    main()
