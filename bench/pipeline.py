@@ -226,7 +226,7 @@ def rl_vs_control_line(tables: list[dict[str, Any]]) -> str | None:
     """``RESULT pipeline_rl_vs_control`` from the runs' test tables: the pooled RL − SFT same time per
     run, their mean ± sqrt(sum se²)/n (independent runs, each a paired se) and the standard error
     between runs (sd/√n of the runs' gains), RL − SFT same tokens the
-    same way, and the rows (domains, wordings) beyond +2 and below −1 paired se in every run."""
+    same way (and RL − RFT same rollouts, pooled and per domain, where every run has it), and the rows (domains, wordings) beyond +2 and below −1 paired se in every run."""
     from posttrain.eval.compare import mean_and_se, mean_over_runs
     from posttrain.experiments import evidence
 
@@ -259,13 +259,17 @@ def rl_vs_control_line(tables: list[dict[str, Any]]) -> str | None:
     by_domain = ("; per domain, mean of runs: " + ", ".join(
         f"{d} {pooled([t['comparisons']['RL − SFT same time'][d] for t in tables])}" for d in domains)
         if len(domains) > 1 else "")
+    rft = [t["comparisons"].get("RL − RFT same rollouts", {}) for t in tables]
+    rft_rows = [r for r in ("all", *domains) if rft and all(r in c for c in rft)]
+    rft_text = ("; RL − RFT same rollouts " + ", ".join(f"{r} {pooled([c[r] for c in rft])}" for r in rft_rows)
+                if rft_rows else "")
     num = [t["math_verify"]["comparisons"].get("RL − SFT same time", {}) for t in tables if t.get("math_verify")]
     num_rows = sorted(set.intersection(*map(set, num))) if num and len(num) == len(tables) else []
     num_text = ("; graded by Math-Verify, RL − SFT same time " + ", ".join(
         f"{d} {pooled([n[d] for n in num])}" for d in num_rows if " · " not in d) if num_rows else "")
     return (f"RESULT pipeline_rl_vs_control: {pooled(time_g)} points (test, RL − SFT for the same time, pooled over "
             f"the RLVR environments' test tasks, mean of {len(time_g)} run(s): {seeds}; RL − SFT same tokens "
-            f"{pooled(tok) if tok else 'n/a'}{by_domain}; beyond +2 se in every run: {', '.join(above) or 'none'}; "
+            f"{pooled(tok) if tok else 'n/a'}{by_domain}{rft_text}; beyond +2 se in every run: {', '.join(above) or 'none'}; "
             f"below −1 se in some run: {', '.join(below) or 'none'}{ext_text}{num_text})")
 
 

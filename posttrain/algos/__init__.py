@@ -1,6 +1,6 @@
 """The pure maths of post-training: advantage estimators, losses, rollout filters, curriculum.
 
-Registries: ``ADVANTAGES`` (grpo, mopd) and ``LOSSES`` (pg, ce, dpo). See docs/algorithms.md for
+Registries: ``ADVANTAGES`` (grpo, mopd, rft) and ``LOSSES`` (pg, ce, dpo). See docs/algorithms.md for
 the formulas and the tensor shape-suffix convention.
 """
 

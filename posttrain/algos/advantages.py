@@ -10,6 +10,9 @@ settings model in ``configs/plugins.py``):
 
 * ``grpo`` — group-relative: within the G rollouts of one prompt, ``A = r − mean(r)``, optionally
   divided by ``std(r) + eps``; the rollout's advantage is broadcast to every unmasked token.
+* ``rft`` — rejection-sampling fine-tuning: a constant on every token of a rollout whose reward
+  reaches a threshold, else 0 (a token mean of supervised learning on the passing samples; the RLVR
+  stage's control).
 * ``mopd`` — on-policy distillation: ``A_t = log π_teacher(y_t) − log π_student(y_t)`` per token
   (no gradient flows through it: both are observed numbers), plus optionally
   ``reward_coef × grpo`` when the rollout also has a verifier reward.
@@ -37,7 +40,7 @@ from typing import Any, Callable, Protocol
 import torch
 from pydantic import TypeAdapter
 
-from posttrain.configs.plugins import AdvantageConfig, GRPOAdvantageConfig, MOPDAdvantageConfig
+from posttrain.configs.plugins import AdvantageConfig, GRPOAdvantageConfig, MOPDAdvantageConfig, RFTAdvantageConfig
 from posttrain.registry import Registry
 
 Tensor = torch.Tensor
@@ -145,6 +148,22 @@ def mopd_advantages(batch: ScoredBatch, cfg: MOPDAdvantageConfig) -> Tensor:
     if cfg.reward_coef:
         adv_BT = adv_BT + cfg.reward_coef * grpo_advantages(batch, cfg.grpo)
     return adv_BT
+
+
+@ADVANTAGES.register("rft")
+def rft_advantages(batch: ScoredBatch, cfg: RFTAdvantageConfig) -> Tensor:
+    """Rejection-sampling fine-tuning: the same value on the tokens of every rollout whose reward
+    reaches ``threshold``, 0 elsewhere, so the policy-gradient loss (ratio 1 on-policy) is the
+    cross-entropy of the kept samples. The value is the batch's tokens over the kept tokens: the loop
+    divides the step's loss by all of the batch's tokens, and this turns that into a token mean over the
+    kept samples, as RFT's SFT on them is (without it their weight against the SFT anchor would shrink
+    with the pass rate). A group that all passed still teaches here (under GRPO it is 0), so the
+    dynamic filter must be off (``AlgoConfig`` refuses the two together)."""
+    kept_B = (batch.rewards_B.detach().float() >= cfg.threshold) & batch.valid_B
+    mask_BT = batch.mask_BT.float()
+    kept_tokens = float((mask_BT * kept_B[:, None]).sum())
+    scale = float(mask_BT.sum()) / kept_tokens if kept_tokens else 0.0
+    return broadcast_to_tokens(kept_B.float() * scale, batch.mask_BT)
 
 
 _ADVANTAGE_CONFIG: TypeAdapter[Any] = TypeAdapter(AdvantageConfig)

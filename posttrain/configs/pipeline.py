@@ -129,6 +129,11 @@ class PipelineConfig(StrictModel):
     tokens_arm: bool = True
     """The same-tokens control: continue SFT from the SFT checkpoint for as many target tokens as the
     RLVR stage trained on (rollout tokens + anchor rows), scored on the test table beside RL."""
+    rft_arm: bool = False
+    """The rejection-sampling control (``algo.advantage: rft``): the RLVR stage run again from the SFT
+    checkpoint with the same environments, rollouts per step, steps, anchor and lr, training on the
+    samples the verifier passes instead of the group-relative advantage; scored on the test table
+    beside RL (*RL − RFT same rollouts*: what the reward's contrast adds over keeping what passes)."""
     control_lr: float | None = Field(None, gt=0)
     """Peak learning rate of both controls (warmup-stable-decay, as the SFT stage); None: ``sft_lr``.
     A control is only as fair as its tuning: choose it on dev (``table_split=dev``) like the RL stage's
@@ -186,6 +191,8 @@ class PipelineConfig(StrictModel):
 
     @model_validator(mode="after")
     def _arm_needs_rl(self) -> "PipelineConfig":
+        if self.rft_arm and not self.rlvr:
+            raise ValueError("rft_arm: the control repeats the RLVR stage with another advantage; it needs rlvr=true")
         if self.anchor_control and not (self.rlvr and self.rl_sft_anchor > 0):
             raise ValueError("anchor_control: the control is the RLVR stage's SFT anchor alone; it needs rlvr=true "
                              f"and rl_sft_anchor > 0 (got rlvr={self.rlvr}, rl_sft_anchor={self.rl_sft_anchor})")

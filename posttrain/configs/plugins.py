@@ -48,8 +48,19 @@ class MOPDAdvantageConfig(StrictModel):
     """How the reward part is normalised when ``reward_coef > 0``."""
 
 
+class RFTAdvantageConfig(StrictModel):
+    """Rejection-sampling fine-tuning (RAFT, ReST, STaR): advantage 1 on every rollout whose reward
+    reaches ``threshold``, 0 on the others: supervised learning on the passing samples, no baseline
+    and no push away from the failing ones. The RLVR stage's obvious control: the same rollouts, the
+    same steps, no group-relative signal."""
+
+    type: Literal["rft"] = "rft"
+    threshold: float = 1.0
+    """The reward a rollout needs to be kept (1.0: the verifier passed it)."""
+
+
 AdvantageConfig = Annotated[
-    Union[GRPOAdvantageConfig, MOPDAdvantageConfig], Field(discriminator="type"), BeforeValidator(_bare_name)
+    Union[GRPOAdvantageConfig, MOPDAdvantageConfig, RFTAdvantageConfig], Field(discriminator="type"), BeforeValidator(_bare_name)
 ]
 
 

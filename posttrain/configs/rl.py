@@ -160,6 +160,13 @@ class AlgoConfig(StrictModel):
                 raise renamed("algo", "advantage_args", "advantage", "{type: grpo, scale_by_std: false}")
         return fill_default_types(cls, v)
 
+    @model_validator(mode="after")
+    def _rft_keeps_every_group(self) -> "AlgoConfig":
+        if self.advantage.type == "rft" and self.dynamic_filter:
+            raise ValueError("algo.advantage rft trains on every passing sample, a group that all passed included; "
+                             "the dynamic filter would drop those groups: set algo.dynamic_filter=false")
+        return self
+
     @field_validator("loss")
     @classmethod
     def _no_kl(cls, v: Any) -> Any:

@@ -10,6 +10,11 @@ checkpoint on the SFT stage's data and schedule:
 * **same tokens** (``tokens_arm``) — as many SFT steps as it takes to train on as many target tokens
   as the RLVR stage trained on (its rollouts' policy-gradient tokens plus its anchor's rows:
   ``rl_trained_tokens``), at the SFT stage's tokens per step (``tokens_budget``).
+* **same rollouts** (``rft_arm``, opt-in) — rejection-sampling fine-tuning: the RLVR stage itself with
+  the advantage 1 on the samples the verifier passes and 0 on the rest (``algos.advantages.rft``):
+  the same prompts, samples per prompt, steps, anchor and lr, so about the same compute; what the
+  group-relative signal adds over keeping what passes. Not SFT on the same data: new demonstrations
+  the model made itself.
 
 Every checkpoint (base, SFT, RL, each control) is then scored greedily on the **test** split of the
 RLVR stage's own environments (``rl_test_tasks`` each, the rollout's prompt and token budget;
@@ -36,7 +41,7 @@ from typing import Any
 
 from posttrain.eval.compare import record_gains
 
-CONTROLS = {"sft_arm": "SFT same time", "tokens_arm": "SFT same tokens"}
+CONTROLS = {"sft_arm": "SFT same time", "tokens_arm": "SFT same tokens", "rft_arm": "RFT same rollouts"}
 """Control stage name → its column in the test table."""
 
 

@@ -29,6 +29,8 @@ Stages:
    **sft_arm**, **tokens_arm** — the two equal-compute controls (experiments/evidence.py, on unless
                   ``--no-controls``): SFT continued from the SFT checkpoint on the same data for the
                   RLVR stage's time, and for as many target tokens as it trained on;
+   **rft_arm** (``rft_arm: true``) — the rejection-sampling control: the RLVR stage again from the
+                  SFT checkpoint, training on the samples the verifier passes (``algo.advantage: rft``);
    **test_<model>** — base (unless ``test_base=false``), SFT, RL and each control scored greedily on
                   the **test** split of the RLVR stage's environments (``rl_test_tasks`` each): the
                   report's *RL − SFT same time* / *RL − SFT same tokens* per domain, per wording and
@@ -186,13 +188,20 @@ def validation_at(out_dir: Path, step: int) -> dict[str, float]:
     return out
 
 
+# The rejection-sampling control (``rft_arm``): the RLVR stage with the advantage 1 on passing samples;
+# a group whose samples all passed teaches too, so the dynamic filter is off.
+RFT = ["algo.advantage={type: rft}", "algo.dynamic_filter=false"]
+
+
 def run_rl_stage(cfg: PipelineConfig, out_dir: Path, model: str, steps: int, envs: list[dict[str, Any]],
-                 teachers: dict[str, Any] | None = None, rlvr_stage: bool = False) -> dict[str, Any]:
+                 teachers: dict[str, Any] | None = None, rlvr_stage: bool = False, extra: list[str] = ()) -> dict[str, Any]:
     """A pipeline stage of RL: one GRPO run (``train_rl``, in process), or with ``teachers`` one MOPD
-    run; an interrupted run resumes from its checkpoint."""
+    run; an interrupted run resumes from its checkpoint. ``extra``: RLConfig overrides before
+    ``rl_overrides``' own last word (the rejection-sampling control's advantage)."""
     from posttrain.configs import load_config
 
     over = rl_overrides(cfg, out_dir, model, steps, envs, rlvr_stage)
+    over = over[:len(over) - len(cfg.rl_overrides)] + list(extra) + list(cfg.rl_overrides)
     profile = profile_pools(cfg, over) if rlvr_stage and cfg.rl_curriculum == "gaussian" else None
     if teachers is None:
         from posttrain.configs.rl import RLConfig
@@ -553,6 +562,10 @@ def run_pipeline(cfg: PipelineConfig, run_dir: Path, command: str) -> int:
         if cfg.tokens_arm:
             tok = cached_stage(run_dir, "tokens_arm", lambda: run_tokens_arm(cfg, run_dir, data, sft, rl))
             models["tokens_arm"] = tok["checkpoint"]
+        if cfg.rft_arm:
+            rft = cached_stage(run_dir, "rft_arm", lambda: run_rl_stage(
+                cfg, run_dir / "rft", sft["checkpoint"], cfg.rl_steps, rlvr_envs(cfg), rlvr_stage=True, extra=RFT))
+            models["rft_arm"] = rft["checkpoint"]
         if cfg.anchor_control:
             ctrl = cached_stage(run_dir, "anchor_control", lambda: run_anchor_control(cfg, run_dir, data, sft))
             after_ctrl = cached_stage(run_dir, "after_anchor_control",

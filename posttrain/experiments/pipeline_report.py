@@ -31,6 +31,7 @@ TRAINING_STAGES = {
     "sft_arm": ("sft_arm", "posttrain sft --config {d}/config.yaml"),
     "tokens_arm": ("tokens_arm", "posttrain sft --config {d}/config.yaml"),
     "anchor_control": ("anchor_control", "posttrain sft --config {d}/config.yaml"),
+    "rft_arm": ("rft", "posttrain rl --config {d}/config.yaml"),
     "specialist_math": ("specialist_math", "posttrain rl --config {d}/config.yaml"),
     "specialist_instruction": ("specialist_instruction", "posttrain rl --config {d}/config.yaml"),
     "mopd": ("mopd", "posttrain distill --config {d}/config.yaml"),
@@ -153,6 +154,12 @@ def write(run_dir: Path, cfg: PipelineConfig, command: str, sections: dict[str, 
         if tok:
             L.append(f"*SFT same tokens* continues it for {tok.get('steps')} steps: {tok.get('tokens_trained')} "
                      f"target tokens against the RLVR stage's {tok.get('target_tokens')} (rollout + anchor tokens).")
+        rft = st.get("rft_arm")
+        if rft:
+            L.append(f"*RFT same rollouts* reruns the RLVR stage from the SFT checkpoint ({rft.get('steps')} steps, the "
+                     "same prompts, samples and anchor) training on the samples the verifier passed instead of the "
+                     f"group-relative advantage; it took {rft.get('cpu_seconds', rft.get('seconds', float('nan'))):.0f} "
+                     f"CPU s against the RLVR stage's {st.get('rlvr', {}).get('cpu_seconds', float('nan')):.0f}.")
         L += [""] + test_table_md(rep["test"])
     ctrl = rep.get("anchor_control")
     if ctrl and rl:

@@ -228,7 +228,7 @@ def test_quick_style_run_skips_rl_validation_and_decodes_the_test_table_in_bf16(
     monkeypatch.setenv("POSTTRAIN_PRECISION_PROBE", "fp32=100,bf16=250")
     run_dir = tmp_path / "pipe"
     args = _args(run_dir)
-    args.overrides += ["rl_val_tasks=0", "eval_precision=auto", "rl_mix={arithmetic: 1.0}"]
+    args.overrides += ["rl_val_tasks=0", "eval_precision=auto", "rl_mix={arithmetic: 1.0}", "rft_arm=true"]
     assert pipeline_command.run(args) == 0
     out = capsys.readouterr().out
     assert "RLVR's own validation: off" in out and "RLVR held-out validation reward" not in out
@@ -239,8 +239,13 @@ def test_quick_style_run_skips_rl_validation_and_decodes_the_test_table_in_bf16(
     assert rep["rl"]["val_start"] == {} and rep["before"]["eval_precision"] == rep["after"]["eval_precision"] == "fp32"
     assert rep["test"]["precision"] == "bf16"
     assert {s["precision"] for s in (json.loads((run_dir / "stages" / f"test_{m}.json").read_text())
-                                     for m in ("sft", "rl", "sft_arm", "tokens_arm"))} == {"bf16"}
+                                     for m in ("sft", "rl", "sft_arm", "tokens_arm", "rft_arm"))} == {"bf16"}
     assert rep["test"]["comparisons"]["RL − SFT same time"]["arithmetic"]["n"] == TINY["rl_test_tasks"]
+    # the rejection-sampling control: the RLVR stage again, with the rft advantage and no dynamic filter
+    rft = yaml.safe_load((run_dir / "rft" / "config.yaml").read_text())
+    assert rft["algo"]["advantage"]["type"] == "rft" and rft["algo"]["dynamic_filter"] is False
+    assert rft["envs"] == yaml.safe_load((run_dir / "rl" / "config.yaml").read_text())["envs"]
+    assert rep["test"]["comparisons"]["RL − RFT same rollouts"]["arithmetic"]["n"] == TINY["rl_test_tasks"]
     assert "did not validate itself" in (run_dir / "report.md").read_text()
 
 

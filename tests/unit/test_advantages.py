@@ -91,7 +91,7 @@ def test_mopd_without_teacher_logprobs_is_an_error():
 
 def test_registry_and_config_validation():
     assert {"grpo", "mopd"} <= set(ADVANTAGES.names())
-    with pytest.raises(pydantic.ValidationError, match="'grpo', 'mopd'"):  # names the known types
+    with pytest.raises(pydantic.ValidationError, match="'grpo', 'mopd', 'rft'"):  # names the known types
         make_advantage("ppo")
     with pytest.raises(pydantic.ValidationError):
         make_advantage("grpo", eps=0.0)
@@ -104,3 +104,30 @@ def test_scored_batch_checks_shapes():
         ScoredBatch(torch.zeros(3), torch.zeros(2), torch.ones(2, 4))
     with pytest.raises(ValueError, match="teacher_logprobs_BT must have shape \\(2, 4\\)"):
         ScoredBatch(torch.zeros(2), torch.zeros(2), torch.ones(2, 4), teacher_logprobs_BT=torch.zeros(2, 3))
+
+
+def test_rft_keeps_the_passing_rollouts_whole_groups_included():
+    # rewards [1, 0 | 1, 1 | 0.5]: kept 1, 0 | 1, 1 (a group that all passed still teaches) | 0 (below 1).
+    # The loop divides by the batch's 9 tokens; the kept rollouts hold 2 + 3 + 1 = 6, so each kept token
+    # gets 9/6 = 1.5 and the loss is a token mean over the kept samples
+    batch = ScoredBatch(
+        rewards_B=torch.tensor([1.0, 0.0, 1.0, 1.0, 0.5]),
+        group_ids_B=torch.tensor([0, 0, 1, 1, 2]),
+        mask_BT=torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 0, 0], [1, 1, 0]]).float(),
+    )
+    adv = make_advantage("rft")(batch)
+    close(adv, [[1.5, 1.5, 0], [0, 0, 0], [1.5, 1.5, 1.5], [1.5, 0, 0], [0, 0, 0]])
+    assert float((adv * batch.mask_BT).sum() / batch.mask_BT.sum()) == pytest.approx(1.0)
+    close(make_advantage("rft", threshold=0.5)(batch)[4], [9 / 8, 9 / 8, 0])  # 8 kept tokens of 9
+    batch.mask_BT[0] = 0  # out of the batch: no advantage even though it passed; 7 tokens, 4 kept
+    close(make_advantage("rft")(batch)[:3, 0], [0, 0, 7 / 4])
+    none = ScoredBatch(torch.zeros(2), torch.tensor([0, 0]), torch.ones(2, 2))
+    close(make_advantage("rft")(none), [[0, 0], [0, 0]])  # nothing passed: no gradient, no division by zero
+
+
+def test_rft_refuses_the_dynamic_filter_that_would_drop_all_passed_groups():
+    from posttrain.configs.rl import AlgoConfig
+
+    with pytest.raises(pydantic.ValidationError, match="dynamic_filter=false"):
+        AlgoConfig(advantage="rft")
+    assert AlgoConfig(advantage="rft", dynamic_filter=False).advantage.type == "rft"

@@ -115,3 +115,20 @@ def test_rl_vs_control_line_gives_each_domain_and_math_verifys_grade_over_the_ru
     assert "per domain, mean of runs: arithmetic +7.0 ± 2.1 (± 3.0 between runs), math -3.5 ± 2.1" in line
     assert "graded by Math-Verify, RL − SFT same time all" in line and "math +0.0 ± 2.1" in line
     assert "arithmetic · story +30.0" not in line  # wordings are not domains
+
+
+def test_rl_vs_control_line_adds_the_rejection_sampling_control_only_where_every_run_has_it():
+    def table(rft=None):
+        comp = {"RL − SFT same time": {"all": {"gain": 0.02, "se": 0.02}, "arithmetic": {"gain": 0.04, "se": 0.03},
+                                       "math": {"gain": 0.0, "se": 0.03}}}
+        if rft is not None:
+            comp["RL − RFT same rollouts"] = {"all": {"gain": rft, "se": 0.02}, "arithmetic": {"gain": 2 * rft, "se": 0.03},
+                                              "math": {"gain": 0.0, "se": 0.03}}
+        return {"comparisons": comp}
+
+    with script_module("bench", "pipeline") as bench:
+        both = bench.rl_vs_control_line([table(0.05), table(0.01)])
+        one = bench.rl_vs_control_line([table(0.05), table()])
+    # all: mean (5 + 1)/2 = 3.0, paired sqrt(2 · 2²)/2 = 1.4, between sd 2.83/√2 = 2.0; arithmetic 6.0 ± 2.1
+    assert "RL − RFT same rollouts all +3.0 ± 1.4 (± 2.0 between runs), arithmetic +6.0 ± 2.1" in both
+    assert "RFT" not in one  # a run without the control: no mean over the others

@@ -213,3 +213,22 @@ def test_distill_and_rlhf_sections_show_paired_gains_over_their_start(tmp_path):
     assert lines[1].split()[0] == "math" and "+50.0% ± 50.0%" in lines[1] and "(+1/-0)" in lines[1]
     assert lines[3].split()[0] == "all" and "+25.0% ± 25.0%" in lines[3]
     assert paired_lines("step 4 − step 0", tmp_path, 4) == []  # no records at that step: no line
+
+
+def test_the_rejection_sampling_control_is_the_rlvr_stage_with_the_rft_advantage(tmp_path):
+    from posttrain.configs import load_config
+    from posttrain.configs.pipeline import PipelineConfig
+    from posttrain.configs.rl import RLConfig
+    from posttrain.experiments.pipeline import RFT, rl_overrides, rlvr_envs
+
+    with pytest.raises(ValueError, match="rft_arm"):
+        PipelineConfig(rft_arm=True, rlvr=False)
+    cfg = PipelineConfig(rft_arm=True, rl_overrides=["algo.overlong_filter=false"])
+    over = rl_overrides(cfg, tmp_path / "rft", "embedded", cfg.rl_steps, rlvr_envs(cfg), rlvr_stage=True)
+    rft = load_config(RLConfig, None, over[:-1] + RFT + over[-1:])  # as run_rl_stage orders them
+    grpo = load_config(RLConfig, None, over)
+    assert (rft.algo.advantage.type, rft.algo.dynamic_filter) == ("rft", False)
+    assert grpo.algo.advantage.type == "grpo" and grpo.algo.dynamic_filter
+    # everything else is the RLVR stage's: prompts, samples, steps, anchor, lr, the user's overrides
+    assert rft.model_dump(exclude={"algo", "run_dir"}) == grpo.model_dump(exclude={"algo", "run_dir"})
+    assert rft.algo.sft_anchor == grpo.algo.sft_anchor and not rft.algo.overlong_filter
