@@ -267,10 +267,15 @@ def rl_vs_control_line(tables: list[dict[str, Any]]) -> str | None:
     num_rows = sorted(set.intersection(*map(set, num))) if num and len(num) == len(tables) else []
     num_text = ("; graded by Math-Verify, RL − SFT same time " + ", ".join(
         f"{d} {pooled([n[d] for n in num])}" for d in num_rows if " · " not in d) if num_rows else "")
+    lazy = sorted({env for t in tables for env, c in t.get("constant_answer", {}).items()
+                   if c["models"].get("rl", {}).get("flagged")})
+    lazy_text = "; RL no better than one constant answer in some run: " + ", ".join(
+        f"{env} ({sum(bool(t.get('constant_answer', {}).get(env, {}).get('models', {}).get('rl', {}).get('flagged')) for t in tables)}"
+        f" of {len(tables)} runs)" for env in lazy) if lazy else ""
     return (f"RESULT pipeline_rl_vs_control: {pooled(time_g)} points (test, RL − SFT for the same time, pooled over "
             f"the RLVR environments' test tasks, mean of {len(time_g)} run(s): {seeds}; RL − SFT same tokens "
             f"{pooled(tok) if tok else 'n/a'}{by_domain}{rft_text}; beyond +2 se in every run: {', '.join(above) or 'none'}; "
-            f"below −1 se in some run: {', '.join(below) or 'none'}{ext_text}{num_text})")
+            f"below −1 se in some run: {', '.join(below) or 'none'}{lazy_text}{ext_text}{num_text})")
 
 
 if __name__ == "__main__":

@@ -133,6 +133,39 @@ def references(rl_dir: Path, split: str, n_tasks: int) -> dict[str, str]:
     return {tid: str(t.ground_truth) for name in ENVS for tid, t in scored_tasks(rl_dir, name, split, n_tasks).items()}
 
 
+def constant_answers(models: dict[str, dict[str, Any]], rl_dir: Path, split: str, n_tasks: int) -> dict[str, Any]:
+    """What a lazy policy earns on each numeric domain (``arithmetic``, ``math``): the share of its test
+    tasks whose reference is the single most common answer (a policy that always gives that number
+    scores exactly this), and per checkpoint its most common final answer (``extract_math_answer``),
+    that answer's share of its replies and its score. A checkpoint that scores no more than the
+    constant is ``flagged``: its figure there is no evidence of a skill (the math domain's GCD
+    questions have the answer 1 about two times in five, and an RL stage learned to answer 1). The
+    figure stays in every comparison; the report prints the flag beside it."""
+    from collections import Counter
+
+    from posttrain.envs.extract import extract_math_answer
+    from posttrain.eval.benchmarks.mathverify import ENVS
+
+    refs = references(rl_dir, split, n_tasks)
+    out: dict[str, Any] = {}
+    for env in ENVS:
+        rows = {name: [r for r in map(json.loads, Path(m["records"]).read_text().splitlines()) if r.get("env") == env]
+                for name, m in models.items()}
+        golds = Counter(refs[r["task_id"]] for r in next(iter(rows.values()), []) if r["task_id"] in refs)
+        if not golds:
+            continue
+        answer, count = golds.most_common(1)[0]
+        n = sum(golds.values())
+        per = {}
+        for name, rs in rows.items():
+            said = Counter(a.text if (a := extract_math_answer(r.get("answer") or "")) else "" for r in rs)
+            modal, k = said.most_common(1)[0]
+            score = sum(r["reward"] for r in rs) / len(rs)
+            per[name] = {"answer": modal, "share": k / len(rs), "score": score, "flagged": score <= count / n}
+        out[env] = {"constant": {"answer": answer, "score": count / n, "n": n}, "models": per}
+    return out
+
+
 def external_grades(rows: list[dict[str, Any]], tasks: dict[str, Any]) -> list[dict[str, Any]]:
     """Per record (``env``, ``task_id``, ``answer``) of a task with at least one constraint IFEval has a
     checker for: ``reward`` 1 when every such constraint passes IFEval's strict check, ``ours`` 1 when
@@ -182,6 +215,9 @@ def table(models: dict[str, dict[str, Any]], rl_dir: Path | None = None) -> dict
             graded = {name: {**m, "math_verify": str(num[name])} for name, m in models.items()}
             out["math_verify"] = {**_scored(graded, "math_verify"), "grader": mathverify.GRADER,
                                   "agreement": {name: agreement(p) for name, p in num.items() if p}}
+        if any(r.get("answer") is not None for m in models.values()
+               for r in map(json.loads, Path(m["records"]).read_text().splitlines()[:1])):
+            out["constant_answer"] = constant_answers(models, rl_dir, out["split"], first["n_tasks"])
     return out
 
 
@@ -212,6 +248,13 @@ def lines(t: dict[str, Any]) -> list[str]:
     chosen = "chosen on nothing" if t.get("split", "test") == "test" else "for choosing settings; not a reported figure"
     out = [f"  {t.get('split', 'test')} split (greedy, {t['n_tasks']} tasks per environment; {chosen}):",
            *_score_rows(t["scores"], names, list(next(iter(t["scores"].values()))))]
+    for env, c in t.get("constant_answer", {}).items():
+        const = c["constant"]
+        out.append(f"  {env}: one constant answer ({const['answer']!r}) would score {const['score']:.3f} on these "
+                   f"{const['n']} tasks; each checkpoint's most common answer:")
+        out += [f"    {COLUMNS[n]:24s} {m['answer']!r} in {m['share']:.0%} of replies, score {m['score']:.3f}"
+                + ("  flagged: no better than the constant (kept in every figure)" if m["flagged"] else "")
+                for n, m in c["models"].items() if n in COLUMNS]
     for title, gains in t["comparisons"].items():
         if title.startswith("RL − "):
             out.append(f"  {title} (paired per task; * beyond 2 se):")

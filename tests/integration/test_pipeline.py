@@ -246,6 +246,10 @@ def test_quick_style_run_skips_rl_validation_and_decodes_the_test_table_in_bf16(
     assert rft["algo"]["advantage"]["type"] == "rft" and rft["algo"]["dynamic_filter"] is False
     assert rft["envs"] == yaml.safe_load((run_dir / "rl" / "config.yaml").read_text())["envs"]
     assert rep["test"]["comparisons"]["RL − RFT same rollouts"]["arithmetic"]["n"] == TINY["rl_test_tasks"]
+    # what one constant answer would earn on the arithmetic test tasks, beside each checkpoint's score
+    const = rep["test"]["constant_answer"]["arithmetic"]
+    assert 0 < const["constant"]["score"] <= 1 and const["constant"]["n"] == TINY["rl_test_tasks"]
+    assert {"sft", "rl", "sft_arm", "tokens_arm", "rft_arm"} <= set(const["models"])
     assert "did not validate itself" in (run_dir / "report.md").read_text()
 
 

@@ -132,3 +132,16 @@ def test_rl_vs_control_line_adds_the_rejection_sampling_control_only_where_every
     # all: mean (5 + 1)/2 = 3.0, paired sqrt(2 · 2²)/2 = 1.4, between sd 2.83/√2 = 2.0; arithmetic 6.0 ± 2.1
     assert "RL − RFT same rollouts all +3.0 ± 1.4 (± 2.0 between runs), arithmetic +6.0 ± 2.1" in both
     assert "RFT" not in one  # a run without the control: no mean over the others
+
+
+def test_rl_vs_control_line_says_where_rl_is_no_better_than_a_constant_answer():
+    def table(flagged):
+        return {"comparisons": {"RL − SFT same time": {"all": {"gain": 0.1, "se": 0.02}}},
+                "constant_answer": {"math": {"constant": {"answer": "1", "score": 0.25, "n": 200},
+                                             "models": {"rl": {"answer": "1", "share": 0.3, "score": 0.24, "flagged": flagged}}}}}
+
+    with script_module("bench", "pipeline") as bench:
+        line = bench.rl_vs_control_line([table(True), table(False), table(True)])
+        clean = bench.rl_vs_control_line([table(False)])
+    assert "RL no better than one constant answer in some run: math (2 of 3 runs)" in line
+    assert "constant answer" not in clean

@@ -130,3 +130,29 @@ def test_numeric_records_grade_the_scored_test_tasks_again(tmp_path):
     assert path.name == "rl.mathverify.jsonl"
     assert [g["reward"] for g in graded] == [1.0, 1.0, 1.0, 0.0] and [g["ours"] for g in graded] == [1.0, 1.0, 0.0, 0.0]
     assert evidence.agreement(path)["reference_only"] == 1
+
+
+def test_a_checkpoint_no_better_than_one_constant_answer_is_flagged(tmp_path, monkeypatch):
+    """GCD questions answered "1" every time: the constant earns the share of tasks whose reference
+    is 1 (here 2 of 4), so a checkpoint that scores 0.5 that way is flagged and one above it is not."""
+    refs = {"g1": "1", "g2": "1", "g3": "6", "g4": "4", "a1": "12", "a2": "7"}
+    monkeypatch.setattr(evidence, "references", lambda rl_dir, split, n: refs)
+
+    def records(name, answers, rewards):
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text("".join(json.dumps({"env": "math" if tid.startswith("g") else "arithmetic", "task_id": tid,
+                                            "reward": r, "reason": "", "answer": a}) + "\n"
+                                for tid, a, r in zip(refs, answers, rewards)))
+        return {"records": str(path), "n_tasks": 4}
+
+    lazy = records("rl", ["Answer: 1"] * 4 + ["Answer: 12", "Answer: 3"], [1, 1, 0, 0, 1, 0])
+    skilled = records("sft", ["Answer: 1", "Answer: 1", "Answer: 6", "x = 2", "12", "Answer: 7"], [1, 1, 1, 0, 1, 1])
+    out = evidence.constant_answers({"rl": lazy, "sft": skilled}, tmp_path, "test", 4)
+    assert out["math"]["constant"] == {"answer": "1", "score": 0.5, "n": 4}
+    assert out["math"]["models"]["rl"] == {"answer": "1", "share": 1.0, "score": 0.5, "flagged": True}
+    assert out["math"]["models"]["sft"]["score"] == 0.75 and not out["math"]["models"]["sft"]["flagged"]
+    assert out["arithmetic"]["constant"]["score"] == 0.5  # two tasks, two answers: either constant gets one
+    assert not out["arithmetic"]["models"]["sft"]["flagged"]  # 2 of 2
+    text = "\n".join(evidence.lines({"scores": {"rl": {"math": 0.5}}, "comparisons": {}, "n_tasks": 4,
+                                     "constant_answer": out}))
+    assert "one constant answer ('1') would score 0.500" in text and "flagged: no better than the constant" in text
