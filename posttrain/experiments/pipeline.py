@@ -71,7 +71,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from posttrain.configs.pipeline import PipelineConfig
 from posttrain.experiments import evidence, pipeline_report, stages
@@ -194,7 +194,7 @@ RFT = ["algo.advantage={type: rft}", "algo.dynamic_filter=false"]
 
 
 def run_rl_stage(cfg: PipelineConfig, out_dir: Path, model: str, steps: int, envs: list[dict[str, Any]],
-                 teachers: dict[str, Any] | None = None, rlvr_stage: bool = False, extra: list[str] = ()) -> dict[str, Any]:
+                 teachers: dict[str, Any] | None = None, rlvr_stage: bool = False, extra: Sequence[str] = ()) -> dict[str, Any]:
     """A pipeline stage of RL: one GRPO run (``train_rl``, in process), or with ``teachers`` one MOPD
     run; an interrupted run resumes from its checkpoint. ``extra``: RLConfig overrides before
     ``rl_overrides``' own last word (the rejection-sampling control's advantage)."""
