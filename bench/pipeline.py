@@ -225,8 +225,9 @@ def result_lines(rows: list[dict[str, Any]]) -> list[str]:
 def rl_vs_control_line(tables: list[dict[str, Any]]) -> str | None:
     """``RESULT pipeline_rl_vs_control`` from the runs' test tables: the pooled RL − SFT same time per
     run, their mean ± sqrt(sum se²)/n (independent runs, each a paired se) and the standard error
-    between runs (sd/√n of the runs' gains), RL − SFT same tokens the
-    same way (and RL − RFT same rollouts, pooled and per domain, where every run has it), and the rows (domains, wordings) beyond +2 and below −1 paired se in every run."""
+    between runs (sd/√n of the runs' gains), RL − SFT same tokens the same way (and RL − RFT same
+    rollouts, pooled and per domain, where every run has it), the rows (domains, wordings) beyond +2
+    and below −1 paired se in every run, and the domains where RL is no better than a constant answer."""
     from posttrain.eval.compare import mean_and_se, mean_over_runs
     from posttrain.experiments import evidence
 
@@ -267,11 +268,11 @@ def rl_vs_control_line(tables: list[dict[str, Any]]) -> str | None:
     num_rows = sorted(set.intersection(*map(set, num))) if num and len(num) == len(tables) else []
     num_text = ("; graded by Math-Verify, RL − SFT same time " + ", ".join(
         f"{d} {pooled([n[d] for n in num])}" for d in num_rows if " · " not in d) if num_rows else "")
-    lazy = sorted({env for t in tables for env, c in t.get("constant_answer", {}).items()
-                   if c["models"].get("rl", {}).get("flagged")})
-    lazy_text = "; RL no better than one constant answer in some run: " + ", ".join(
-        f"{env} ({sum(bool(t.get('constant_answer', {}).get(env, {}).get('models', {}).get('rl', {}).get('flagged')) for t in tables)}"
-        f" of {len(tables)} runs)" for env in lazy) if lazy else ""
+    flagged = [{env for env, c in t.get("constant_answer", {}).items() if c["models"].get("rl", {}).get("flagged")}
+               for t in tables]
+    lazy_text = ("; RL no better than one constant answer in some run: " + ", ".join(
+        f"{env} ({sum(env in f for f in flagged)} of {len(tables)} runs)" for env in sorted(set().union(*flagged)))
+        if any(flagged) else "")
     return (f"RESULT pipeline_rl_vs_control: {pooled(time_g)} points (test, RL − SFT for the same time, pooled over "
             f"the RLVR environments' test tasks, mean of {len(time_g)} run(s): {seeds}; RL − SFT same tokens "
             f"{pooled(tok) if tok else 'n/a'}{by_domain}{rft_text}; beyond +2 se in every run: {', '.join(above) or 'none'}; "

@@ -158,6 +158,8 @@ def constant_answers(models: dict[str, dict[str, Any]], rl_dir: Path, split: str
         n = sum(golds.values())
         per = {}
         for name, rs in rows.items():
+            if not rs:  # a checkpoint scored without this domain: nothing to say about it
+                continue
             said = Counter(a.text if (a := extract_math_answer(r.get("answer") or "")) else "" for r in rs)
             modal, k = said.most_common(1)[0]
             score = sum(r["reward"] for r in rs) / len(rs)
