@@ -209,6 +209,16 @@ def test_table_md(t: dict[str, Any]) -> list[str]:
             f"{gains[r]['gain']:+.3f} ± {gains[r]['se']:.3f}{_star(gains[r])}" if r in gains else "" for r in rows) + " |")
     L += ["", f"± paired standard error over the same {split} tasks; \\* beyond two; † a constant multiple-choice "
           "guess, kept in *all*."]
+    for env, c in t.get("constant_answer", {}).items():
+        have = [n for n in names if n in c["models"]]
+        L += ["", f"*{env}*: one constant answer (`{c['constant']['answer']}`) would score {c['constant']['score']:.3f} "
+              f"on these {c['constant']['n']} tasks. Each checkpoint's most common answer, its share of replies and its "
+              "score (⚑: no better than the constant; its figures above are no evidence of a skill there):", "",
+              "| | " + " | ".join(COLUMNS[n] for n in have) + " |", "|---|" + "---|" * len(have),
+              "| most common answer | " + " | ".join(f"`{c['models'][n]['answer']}` ({c['models'][n]['share']:.0%})"
+                                                   for n in have) + " |",
+              "| score | " + " | ".join(f"{c['models'][n]['score']:.3f}{' ⚑' if c['models'][n]['flagged'] else ''}"
+                                      for n in have) + " |"]
     ext = t.get("external")
     if ext:
         env = next(iter(next(iter(ext["scores"].values()))), "instruction")

@@ -250,6 +250,7 @@ def test_quick_style_run_skips_rl_validation_and_decodes_the_test_table_in_bf16(
     const = rep["test"]["constant_answer"]["arithmetic"]
     assert 0 < const["constant"]["score"] <= 1 and const["constant"]["n"] == TINY["rl_test_tasks"]
     assert {"sft", "rl", "sft_arm", "tokens_arm", "rft_arm"} <= set(const["models"])
+    assert "one constant answer" in (run_dir / "report.md").read_text()
     assert "did not validate itself" in (run_dir / "report.md").read_text()
 
 

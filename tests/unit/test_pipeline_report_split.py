@@ -24,3 +24,13 @@ def test_a_test_table_and_an_old_one_without_a_split_read_test():
     for split in ("test", None):
         text = "\n".join(pipeline_report.test_table_md(_table(split)))
         assert "**test** split" in text and "nothing was chosen on these figures" in text
+
+
+def test_the_markdown_table_gives_the_constant_answer_and_flags_who_does_no_better():
+    t = _table("test")
+    t["constant_answer"] = {"math": {"constant": {"answer": "1", "score": 0.25, "n": 200}, "models": {
+        "sft": {"answer": "15", "share": 0.07, "score": 0.045, "flagged": True},
+        "rl": {"answer": "1", "share": 0.34, "score": 0.30, "flagged": False}}}}
+    text = "\n".join(pipeline_report.test_table_md(t))
+    assert "one constant answer (`1`) would score 0.250 on these 200 tasks" in text
+    assert "| most common answer | `15` (7%) | `1` (34%) |" in text and "| score | 0.045 ⚑ | 0.300 |" in text
