@@ -117,11 +117,12 @@ def rlvr_envs(cfg: PipelineConfig) -> list[dict[str, Any]]:
 
 
 def rl_overrides(cfg: PipelineConfig, out_dir: Path, model: str, steps: int, envs: list[dict[str, Any]],
-                 rlvr_stage: bool = False) -> list[str]:
+                 rlvr_stage: bool = False, extra: Sequence[str] = ()) -> list[str]:
     """RLConfig overrides shared by every RL run of the pipeline (uniform task sampling, constant lr).
     The RLVR stage (``rlvr_stage``) samples like the pipeline measures: the reasoning-on prompt the
     SFT data taught, ``max_new_tokens`` of the held-out measurement, its own lr and batch; the
-    distill/RLHF runs keep recipes/rlvr_cpu.yaml's reasoning-off settings."""
+    distill/RLHF runs keep recipes/rlvr_cpu.yaml's reasoning-off settings. ``extra`` (the rejection-sampling
+    control's advantage) comes after the stage's own settings and before ``cfg.rl_overrides``, which win."""
     if rlvr_stage:
         batch = [f"rollout.prompts_per_step={cfg.rl_prompts_per_step}", f"rollout.group_size={cfg.rl_group_size}",
                  f"rollout.batch_size={cfg.rl_prompts_per_step * cfg.rl_group_size}",
@@ -145,7 +146,7 @@ def rl_overrides(cfg: PipelineConfig, out_dir: Path, model: str, steps: int, env
         # validation at the start and at the end only; none for an RLVR stage with rl_val_tasks=0
         f"train.eval_every={0 if rlvr_stage and not cfg.rl_val_tasks else steps}",
         f"train.save_every={max(2, steps // 2)}", "train.keep_last=1",
-    ] + list(cfg.rl_overrides)
+    ] + list(extra) + list(cfg.rl_overrides)
 
 
 def profile_path(out_dir: Path) -> Path:
@@ -196,12 +197,11 @@ RFT = ["algo.advantage={type: rft}", "algo.dynamic_filter=false"]
 def run_rl_stage(cfg: PipelineConfig, out_dir: Path, model: str, steps: int, envs: list[dict[str, Any]],
                  teachers: dict[str, Any] | None = None, rlvr_stage: bool = False, extra: Sequence[str] = ()) -> dict[str, Any]:
     """A pipeline stage of RL: one GRPO run (``train_rl``, in process), or with ``teachers`` one MOPD
-    run; an interrupted run resumes from its checkpoint. ``extra``: RLConfig overrides before
-    ``rl_overrides``' own last word (the rejection-sampling control's advantage)."""
+    run; an interrupted run resumes from its checkpoint. ``extra``: more RLConfig overrides
+    (``rl_overrides``)."""
     from posttrain.configs import load_config
 
-    over = rl_overrides(cfg, out_dir, model, steps, envs, rlvr_stage)
-    over = over[:len(over) - len(cfg.rl_overrides)] + list(extra) + list(cfg.rl_overrides)
+    over = rl_overrides(cfg, out_dir, model, steps, envs, rlvr_stage, extra)
     profile = profile_pools(cfg, over) if rlvr_stage and cfg.rl_curriculum == "gaussian" else None
     if teachers is None:
         from posttrain.configs.rl import RLConfig

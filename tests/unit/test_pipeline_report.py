@@ -225,7 +225,9 @@ def test_the_rejection_sampling_control_is_the_rlvr_stage_with_the_rft_advantage
         PipelineConfig(rft_arm=True, rlvr=False)
     cfg = PipelineConfig(rft_arm=True, rl_overrides=["algo.overlong_filter=false"])
     over = rl_overrides(cfg, tmp_path / "rft", "embedded", cfg.rl_steps, rlvr_envs(cfg), rlvr_stage=True)
-    rft = load_config(RLConfig, None, over[:-1] + RFT + over[-1:])  # as run_rl_stage orders them
+    rft_over = rl_overrides(cfg, tmp_path / "rft", "embedded", cfg.rl_steps, rlvr_envs(cfg), rlvr_stage=True, extra=RFT)
+    assert rft_over[-1] == "algo.overlong_filter=false"  # the user's overrides still have the last word
+    rft = load_config(RLConfig, None, rft_over)
     grpo = load_config(RLConfig, None, over)
     assert (rft.algo.advantage.type, rft.algo.dynamic_filter) == ("rft", False)
     assert grpo.algo.advantage.type == "grpo" and grpo.algo.dynamic_filter
