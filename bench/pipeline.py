@@ -227,7 +227,8 @@ def rl_vs_control_line(tables: list[dict[str, Any]]) -> str | None:
     run, their mean ± sqrt(sum se²)/n (independent runs, each a paired se) and the standard error
     between runs (sd/√n of the runs' gains), RL − SFT same tokens the same way (and RL − RFT same
     rollouts, pooled and per domain, where every run has it), the rows (domains, wordings) beyond +2
-    and below −1 paired se in every run, and the domains where RL is no better than a constant answer."""
+    and below −1 paired se in every run, the domains where RL is no better than a constant answer, and
+    RL − SFT same time on each math family's questions that no shortcut answers (evidence.shortcut_answers)."""
     from posttrain.eval.compare import mean_and_se, mean_over_runs
     from posttrain.experiments import evidence
 
@@ -273,10 +274,17 @@ def rl_vs_control_line(tables: list[dict[str, Any]]) -> str | None:
     lazy_text = ("; RL no better than one constant answer in some run: " + ", ".join(
         f"{env} ({sum(env in f for f in flagged)} of {len(tables)} runs)" for env in sorted(set().union(*flagged)))
         if any(flagged) else "")
+    cuts = [t.get("shortcuts", {}) for t in tables]
+    families = sorted(set.intersection(*map(set, cuts))) if cuts else []
+    cut_text = "".join(
+        f"; {fam} questions no shortcut answers ({', '.join(sorted(cuts[0][fam]['pays']))}; "
+        f"{'/'.join(str(c[fam]['n_beyond']) for c in cuts)} tasks), RL − SFT same time "
+        f"{pooled([c[fam]['beyond_comparisons']['RL − SFT same time'] for c in cuts])}"
+        for fam in families if all("RL − SFT same time" in c[fam]["beyond_comparisons"] for c in cuts))
     return (f"RESULT pipeline_rl_vs_control: {pooled(time_g)} points (test, RL − SFT for the same time, pooled over "
             f"the RLVR environments' test tasks, mean of {len(time_g)} run(s): {seeds}; RL − SFT same tokens "
             f"{pooled(tok) if tok else 'n/a'}{by_domain}{rft_text}; beyond +2 se in every run: {', '.join(above) or 'none'}; "
-            f"below −1 se in some run: {', '.join(below) or 'none'}{lazy_text}{ext_text}{num_text})")
+            f"below −1 se in some run: {', '.join(below) or 'none'}{lazy_text}{cut_text}{ext_text}{num_text})")
 
 
 if __name__ == "__main__":

@@ -139,6 +139,22 @@ FAMILIES: dict[str, Family] = {
 }
 
 
+def operands(question: str) -> list[int]:
+    """The whole numbers of a question's first line ("... of these numbers: 94, 36" → [94, 36])."""
+    return [int(x) for x in re.findall(r"\d+", question.strip().split("\n")[0])]
+
+
+# Answers that need less than the family's skill, by family: name → the answer it gives from the
+# question's operands. The test table reports how often each is right and how often a checkpoint gives
+# it (experiments/evidence.py), because a policy can be paid for one: GCD questions answer 1 about two
+# times in five, and an RL stage learned to say 1; LCM's product is right whenever the numbers are
+# coprime (36% of 300 dev questions), its larger number whenever one divides the other (16%).
+SHORTCUTS: dict[str, dict[str, Callable[[list[int]], int]]] = {
+    "gcd": {"always 1": lambda xs: 1, "smaller number": min},
+    "lcm": {"product": math.prod, "larger number": max},
+}
+
+
 # --------------------------------------------------------------------------- grading
 
 _INT = r"(?:\d{1,3}(?:,\d{3})+|\d+)"

@@ -168,6 +168,60 @@ def constant_answers(models: dict[str, dict[str, Any]], rl_dir: Path, split: str
     return out
 
 
+def shortcut_answers(models: dict[str, dict[str, Any]], rl_dir: Path, split: str, n_tasks: int) -> dict[str, Any]:
+    """What answers that need less than the skill earn on each math family that has them
+    (``envs.math_env.SHORTCUTS``: LCM's product and larger number, GCD's 1 and smaller number): per
+    family, the share of its test tasks each shortcut gets right; per checkpoint, the share of its
+    replies that give each shortcut's answer, its score on the family, and its score on the tasks no
+    shortcut gets right (``beyond``: the only part of the figure a shortcut cannot pay for), with RL
+    against each other checkpoint there, paired per task. Empty when the run trains no such family."""
+    from dataclasses import asdict
+
+    from posttrain.envs.math_env import SHORTCUTS, operands
+    from posttrain.eval.compare import paired_gain
+
+    tasks = scored_tasks(rl_dir, "math", split, n_tasks)
+    rows = {name: {r["task_id"]: r for r in map(json.loads, Path(m["records"]).read_text().splitlines())
+                   if r.get("env") == "math"} for name, m in models.items()}
+    out: dict[str, Any] = {}
+    for family, cuts in SHORTCUTS.items():
+        fam = {tid: t for tid, t in tasks.items() if t.metadata.get("family") == family}
+        if not fam:
+            continue
+        said = {tid: {name: str(cut(operands(t.messages[0]["content"]))) for name, cut in cuts.items()} for tid, t in fam.items()}
+        pays = {tid: {name for name, a in said[tid].items() if a == t.ground_truth.strip()} for tid, t in fam.items()}
+        beyond = {tid for tid, p in pays.items() if not p}
+        per: dict[str, Any] = {}
+        for name, rs in rows.items():
+            got = {tid: r for tid, r in rs.items() if tid in fam}
+            if not got:
+                continue
+            per[name] = {"n": len(got), "score": sum(r["reward"] for r in got.values()) / len(got),
+                         "gives": {c: sum(_final_number(r) == said[tid][c] for tid, r in got.items()) / len(got) for c in cuts},
+                         "beyond": {"n": sum(tid in beyond for tid in got),
+                                    "score": _mean([r["reward"] for tid, r in got.items() if tid in beyond])}}
+        rl = {tid: r["reward"] for tid, r in rows.get("rl", {}).items() if tid in beyond}
+        vs = {f"RL − {COLUMNS[name]}": asdict(paired_gain({tid: r["reward"] for tid, r in rs.items() if tid in beyond}, rl))
+              for name, rs in rows.items() if name != "rl" and rl and any(tid in beyond for tid in rs)}
+        out[family] = {"n": len(fam), "pays": {c: sum(c in p for p in pays.values()) / len(fam) for c in cuts},
+                       "n_beyond": len(beyond), "models": per, "beyond_comparisons": vs}
+    return out
+
+
+def _final_number(record: dict[str, Any]) -> str | None:
+    """The number a record's reply gives as its final answer ("Answer: 1,260" → "1260"), or None."""
+    from posttrain.envs.extract import extract_math_answer
+    from posttrain.envs.math_env import number_core
+
+    a = extract_math_answer(record.get("answer") or "")
+    core = number_core(a.text) if a else None
+    return core.replace(",", "") if core else None
+
+
+def _mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
 def external_grades(rows: list[dict[str, Any]], tasks: dict[str, Any]) -> list[dict[str, Any]]:
     """Per record (``env``, ``task_id``, ``answer``) of a task with at least one constraint IFEval has a
     checker for: ``reward`` 1 when every such constraint passes IFEval's strict check, ``ours`` 1 when
@@ -219,6 +273,7 @@ def table(models: dict[str, dict[str, Any]], rl_dir: Path | None = None) -> dict
                                   "agreement": {name: agreement(p) for name, p in num.items() if p}}
             # the same condition: numeric domains whose records carry answers
             out["constant_answer"] = constant_answers(models, rl_dir, out["split"], first["n_tasks"])
+            out["shortcuts"] = shortcut_answers(models, rl_dir, out["split"], first["n_tasks"])
     return out
 
 
@@ -256,6 +311,14 @@ def lines(t: dict[str, Any]) -> list[str]:
         out += [f"    {COLUMNS[n]:24s} {m['answer']!r} in {m['share']:.0%} of replies, score {m['score']:.3f}"
                 + ("  flagged: no better than the constant (kept in every figure)" if m["flagged"] else "")
                 for n, m in c["models"].items() if n in COLUMNS]
+    for fam, c in t.get("shortcuts", {}).items():
+        pays = ", ".join(f"{cut} {share:.0%}" for cut, share in c["pays"].items())
+        out.append(f"  math · {fam}: shortcut answers right on these {c['n']} tasks: {pays}; "
+                   f"{c['n_beyond']} tasks no shortcut answers. Per checkpoint, its replies giving each, score, score beyond:")
+        out += [f"    {COLUMNS[n]:24s} " + ", ".join(f"{cut} {g:.0%}" for cut, g in m["gives"].items())
+                + f"; {m['score']:.3f}; " + ("n/a" if m["beyond"]["score"] is None else f"{m['beyond']['score']:.3f}")
+                for n, m in c["models"].items() if n in COLUMNS]
+        out += [f"    {title:24s} beyond shortcuts {gain_text(g)}" for title, g in c["beyond_comparisons"].items()]
     for title, gains in t["comparisons"].items():
         if title.startswith("RL − "):
             out.append(f"  {title} (paired per task; * beyond 2 se):")

@@ -219,6 +219,19 @@ def test_table_md(t: dict[str, Any]) -> list[str]:
                                                    for n in have) + " |",
               "| score | " + " | ".join(f"{c['models'][n]['score']:.3f}{' ⚑' if c['models'][n]['flagged'] else ''}"
                                       for n in have) + " |"]
+    for fam, c in t.get("shortcuts", {}).items():
+        have = [n for n in names if n in c["models"]]
+        L += ["", f"*math · {fam}*: answers that need less than the skill are right on some of these {c['n']} tasks ("
+              + ", ".join(f"{cut}: {share:.0%}" for cut, share in c["pays"].items())
+              + f"); {c['n_beyond']} tasks no shortcut answers. Each checkpoint's share of replies giving each shortcut, "
+              "its score, and its score where no shortcut is right:", "",
+              "| | " + " | ".join(COLUMNS[n] for n in have) + " |", "|---|" + "---|" * len(have)]
+        L += [f"| gives {cut} | " + " | ".join(f"{c['models'][n]['gives'][cut]:.0%}" for n in have) + " |" for cut in c["pays"]]
+        L += ["| score | " + " | ".join(f"{c['models'][n]['score']:.3f}" for n in have) + " |",
+              "| score beyond shortcuts | " + " | ".join(
+                  "n/a" if (b := c["models"][n]["beyond"]["score"]) is None else f"{b:.3f}" for n in have) + " |", ""]
+        L += [f"- {title}, beyond shortcuts: {g['gain']:+.3f} ± {g['se']:.3f}{_star(g)} ({g['n']} tasks)"
+              for title, g in c["beyond_comparisons"].items()]
     ext = t.get("external")
     if ext:
         env = next(iter(next(iter(ext["scores"].values()))), "instruction")

@@ -145,3 +145,18 @@ def test_rl_vs_control_line_says_where_rl_is_no_better_than_a_constant_answer():
         clean = bench.rl_vs_control_line([table(False)])
     assert "RL no better than one constant answer in some run: math (2 of 3 runs)" in line
     assert "constant answer" not in clean
+
+
+def test_rl_vs_control_line_gives_rl_on_the_questions_no_shortcut_answers():
+    def table(gain, se, n):
+        return {"comparisons": {"RL − SFT same time": {"all": {"gain": 0.1, "se": 0.02}}},
+                "shortcuts": {"lcm": {"pays": {"product": 0.4, "larger number": 0.2}, "n_beyond": n,
+                                      "beyond_comparisons": {"RL − SFT same time": {"gain": gain, "se": se}}}}}
+
+    with script_module("bench", "pipeline") as bench:
+        line = bench.rl_vs_control_line([table(0.04, 0.02, 70), table(0.0, 0.02, 80)])
+        none = bench.rl_vs_control_line([{"comparisons": {"RL − SFT same time": {"all": {"gain": 0.1, "se": 0.02}}}}])
+    # mean (4 + 0)/2 = 2.0, paired sqrt(2 · 2²)/2 = 1.4, between sd 2.83/√2 = 2.0
+    assert ("lcm questions no shortcut answers (larger number, product; 70/80 tasks), RL − SFT same time "
+            "+2.0 ± 1.4 (± 2.0 between runs)") in line
+    assert "shortcut" not in none

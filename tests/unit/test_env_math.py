@@ -194,3 +194,20 @@ def test_trailing_unit_strip_does_not_backtrack_exponentially():
     assert number_core("11 " + "x" * 60 + ",") is None
     assert number_core("so the answer is eleven which represents the whole total, really") is None
     assert number_core("12 apples") == "12"
+
+
+def test_shortcuts_read_the_generators_operands_and_pay_where_the_answer_coincides():
+    """``operands`` must read the two numbers the generator asked about (checked against math.gcd and
+    math.lcm on its own questions), and each shortcut pays exactly where it equals the reference."""
+    import math
+
+    from posttrain.envs.math_env import SHORTCUTS, operands
+
+    for family, true in (("gcd", math.gcd), ("lcm", math.lcm)):
+        tasks = MathEnv([family]).tasks("dev", 60, seed=0)
+        for t in tasks:
+            assert str(true(*operands(t.messages[0]["content"]))) == t.ground_truth, t.messages[0]["content"]
+    assert operands("Find the Least Common Multiple (LCM) of these numbers: 94, 36\n\nAnswer: <answer>") == [94, 36]
+    lcm, gcd = SHORTCUTS["lcm"], SHORTCUTS["gcd"]
+    assert (lcm["product"]([4, 9]), lcm["larger number"]([4, 12]), gcd["always 1"]([8, 6]), gcd["smaller number"]([4, 12])) \
+        == (36, 12, 1, 4)

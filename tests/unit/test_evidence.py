@@ -156,3 +156,38 @@ def test_a_checkpoint_no_better_than_one_constant_answer_is_flagged(tmp_path, mo
     text = "\n".join(evidence.lines({"scores": {"rl": {"math": 0.5}}, "comparisons": {}, "n_tasks": 4,
                                      "constant_answer": out}))
     assert "one constant answer ('1') would score 0.500" in text and "flagged: no better than the constant" in text
+
+
+def test_shortcut_answers_say_who_gives_them_and_score_only_the_tasks_no_shortcut_answers(tmp_path, monkeypatch):
+    """Four LCM questions: (3, 4) is paid by the product, (4, 12) by the larger number, (4, 6) and
+    (6, 10) by neither. RL answers with the larger number every time: it scores 1 of 4 and 0 beyond
+    the shortcuts; the skilled checkpoint gets (4, 6) right, so RL − it beyond the shortcuts is −0.5."""
+    from posttrain.envs.base import Task
+
+    pairs = {"a": ((3, 4), "12"), "b": ((4, 12), "12"), "c": ((4, 6), "12"), "d": ((6, 10), "30")}
+    tasks = {tid: Task(tid, "math", [{"role": "user", "content": f"LCM of these numbers: {x}, {y}\n\nAnswer: <answer>"}],
+                       gold, metadata={"family": "lcm"}) for tid, ((x, y), gold) in pairs.items()}
+    monkeypatch.setattr(evidence, "scored_tasks", lambda rl_dir, env, split, n: tasks)
+
+    def records(name, answers, rewards):
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text("".join(json.dumps({"env": "math", "task_id": tid, "reward": r, "reason": "", "answer": a}) + "\n"
+                                for tid, a, r in zip(pairs, answers, rewards)))
+        return {"records": str(path), "n_tasks": 4}
+
+    lazy = records("rl", ["Answer: 4", "Answer: 12", "Answer: 6", "Answer: 10"], [0, 1, 0, 0])
+    skilled = records("sft_arm", ["Answer: 12", "Answer: 48", "Answer: 12", "Answer: 20"], [1, 0, 1, 0])
+    out = evidence.shortcut_answers({"rl": lazy, "sft_arm": skilled}, tmp_path, "test", 4)["lcm"]
+    assert out["pays"] == {"product": 0.25, "larger number": 0.25} and out["n_beyond"] == 2
+    assert out["models"]["rl"] == {"n": 4, "score": 0.25, "gives": {"product": 0.0, "larger number": 1.0},
+                                   "beyond": {"n": 2, "score": 0.0}}
+    assert out["models"]["sft_arm"]["gives"] == {"product": 0.5, "larger number": 0.0}  # 12 = 3·4, 48 = 4·12
+    assert out["models"]["sft_arm"]["beyond"] == {"n": 2, "score": 0.5}
+    vs = out["beyond_comparisons"]["RL − SFT same time"]
+    assert (vs["n"], vs["gain"], vs["lost"]) == (2, -0.5, 1)
+    text = "\n".join(evidence.lines({"scores": {"rl": {"math": 0.25}}, "comparisons": {}, "n_tasks": 4,
+                                     "shortcuts": {"lcm": out}}))
+    assert "product 25%, larger number 25%; 2 tasks no shortcut answers" in text
+    assert "product 0%, larger number 100%; 0.250; 0.000" in text and "beyond shortcuts -0.500" in text
+    monkeypatch.setattr(evidence, "scored_tasks", lambda rl_dir, env, split, n: {})
+    assert evidence.shortcut_answers({"rl": lazy}, tmp_path, "test", 4) == {}  # no math family with shortcuts

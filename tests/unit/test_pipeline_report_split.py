@@ -34,3 +34,15 @@ def test_the_markdown_table_gives_the_constant_answer_and_flags_who_does_no_bett
     text = "\n".join(pipeline_report.test_table_md(t))
     assert "one constant answer (`1`) would score 0.250 on these 200 tasks" in text
     assert "| most common answer | `15` (7%) | `1` (34%) |" in text and "| score | 0.045 ⚑ | 0.300 |" in text
+
+
+def test_the_markdown_table_gives_each_shortcut_and_the_score_beyond_them():
+    t = _table("test")
+    t["shortcuts"] = {"lcm": {"n": 70, "pays": {"product": 0.4, "larger number": 0.2}, "n_beyond": 28, "models": {
+        "sft": {"n": 70, "score": 0.05, "gives": {"product": 0.1, "larger number": 0.0}, "beyond": {"n": 28, "score": 0.0}},
+        "rl": {"n": 70, "score": 0.2, "gives": {"product": 0.0, "larger number": 0.6}, "beyond": {"n": 28, "score": None}}},
+        "beyond_comparisons": {"RL − SFT": {"gain": 0.0, "se": 0.0, "n": 28}}}}
+    text = "\n".join(pipeline_report.test_table_md(t))
+    assert "(product: 40%, larger number: 20%); 28 tasks no shortcut answers" in text
+    assert "| gives larger number | 0% | 60% |" in text and "| score beyond shortcuts | 0.000 | n/a |" in text
+    assert "- RL − SFT, beyond shortcuts: +0.000 ± 0.000 (28 tasks)" in text
