@@ -13,7 +13,11 @@ It also says what a lazy policy earns on each family's dev questions (``lazy_ans
 needed): the share of the most common answer (what always giving it scores) and of each shortcut that
 needs less than the skill (``envs.math_env.SHORTCUTS``). Trial 9 lacked this and was paid for "1" on
 GCD and for the larger number on LCM; a family is now kept only where no lazy answer pays more than
-``--max-lazy`` of its dev questions. Without ``--model`` the probe prints only that. Nothing here reads test.
+``--max-lazy`` of its dev questions. Without ``--model`` the probe prints only that.
+
+``--families instruction`` probes the pipeline's instruction domain beside them (1-2 verifiable
+constraints, ``stages.RL_INSTRUCTION``, as the RLVR stage trains it): the same pass rates and reasons;
+it has no numeric answer, so no lazy answer is computed for it. Nothing here reads test.
 
 Appends one row per run to bench/results/math_family_probe.jsonl; ends with ``RESULT math_family_probe``.
 """
@@ -31,6 +35,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from results_row import append_row, provenance  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "math_family_probe.jsonl"
+INSTRUCTION = "instruction"  # not a math family: the pipeline's instruction domain
 
 
 def probe(model: str, families: list[str], n: int, k: int, temperature: float, max_new_tokens: int) -> dict[str, dict]:
@@ -39,10 +44,13 @@ def probe(model: str, families: list[str], n: int, k: int, temperature: float, m
     from posttrain.envs.base import make_env
     from posttrain.eval.evaluate import evaluate
 
+    from posttrain.experiments.stages import RL_INSTRUCTION
+
     gen = HFGenerator.from_spec(model, batch_size=32, dtype="bf16")
     out = {}
     for fam in families:
-        r = evaluate(gen, make_env("math", families=[fam]), "dev", n, k=k, temperature=temperature,
+        env = make_env("instruction", **RL_INSTRUCTION) if fam == INSTRUCTION else make_env("math", families=[fam])
+        r = evaluate(gen, env, "dev", n, k=k, temperature=temperature,
                      max_new_tokens=max_new_tokens, seed=0, reasoning=True)
         rates = [sum(s.reward for s in t.samples) / len(t.samples) for t in r.tasks]
         reasons: dict[str, int] = {}
@@ -62,7 +70,7 @@ def lazy_answers(families: list[str], n: int) -> dict[str, dict]:
     from posttrain.envs.math_env import SHORTCUTS, MathEnv, operands
 
     out = {}
-    for fam in families:
+    for fam in (f for f in families if f != INSTRUCTION):
         tasks = MathEnv([fam]).tasks("dev", n, seed=0)
         answer, count = Counter(t.ground_truth.strip() for t in tasks).most_common(1)[0]
         cuts = {name: sum(str(cut(operands(t.messages[0]["content"]))) == t.ground_truth.strip() for t in tasks) / len(tasks)
@@ -80,7 +88,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", action="append", default=[], help="'embedded' or a checkpoint; repeat for several "
                     "(none: only the lazy answers)")
-    ap.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES))
+    ap.add_argument("--families", nargs="+", default=list(FAMILIES), choices=[*FAMILIES, INSTRUCTION])
     ap.add_argument("--tasks", type=int, default=24)
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--temperature", type=float, default=0.7)
@@ -94,7 +102,7 @@ def main() -> None:
     if not args.no_record:
         append_row(RESULTS, {"models": rows, "lazy": lazy, "tasks": args.tasks, "k": args.k, "temperature": args.temperature,
                              "max_new_tokens": args.max_new_tokens, "max_lazy": args.max_lazy, **provenance("dev")})
-    honest = [f for f in args.families if lazy[f]["best"] <= args.max_lazy]
+    honest = [f for f in args.families if f not in lazy or lazy[f]["best"] <= args.max_lazy]
     if not args.model:
         print(f"RESULT math_family_probe: {len(honest)} families (dev, no lazy answer pays more than "
               f"{args.max_lazy:.0%}: {', '.join(honest) or 'none'})")
