@@ -30,6 +30,11 @@ same comparisons are made on that grade: the ``external`` part of the table, wit
 on which the two graders agree. Where it trains ``arithmetic`` or ``math``, those answers are graded
 again by Math-Verify with its own answer extraction (``numeric_records``,
 eval/benchmarks/mathverify.py): the ``math_verify`` part, in the same shape.
+
+What a lazy policy earns is beside every numeric figure: ``constant_answer`` (one number every time:
+GCD's 1) and ``shortcuts`` (per math family, answers that need less than its skill, such as LCM's
+larger number: how often each is right, how often each checkpoint gives it, and the scores on the
+questions none of them answers). A figure a lazy answer can pay for is flagged, never dropped.
 """
 
 from __future__ import annotations
