@@ -43,7 +43,6 @@ def probe(model: str, families: list[str], n: int, k: int, temperature: float, m
     from posttrain.engines.hf import HFGenerator
     from posttrain.envs.base import make_env
     from posttrain.eval.evaluate import evaluate
-
     from posttrain.experiments.stages import RL_INSTRUCTION
 
     gen = HFGenerator.from_spec(model, batch_size=32, dtype="bf16")
@@ -67,14 +66,15 @@ def lazy_answers(families: list[str], n: int) -> dict[str, dict]:
     each of its shortcuts gets right; ``best`` is the larger of them all."""
     from collections import Counter
 
-    from posttrain.envs.math_env import SHORTCUTS, MathEnv, operands
+    from posttrain.envs.math_env import SHORTCUTS, MathEnv, shortcuts_of
 
     out = {}
     for fam in (f for f in families if f != INSTRUCTION):
         tasks = MathEnv([fam]).tasks("dev", n, seed=0)
         answer, count = Counter(t.ground_truth.strip() for t in tasks).most_common(1)[0]
-        cuts = {name: sum(str(cut(operands(t.messages[0]["content"]))) == t.ground_truth.strip() for t in tasks) / len(tasks)
-                for name, cut in SHORTCUTS.get(fam, {}).items()}
+        said = [shortcuts_of(t) for t in tasks]
+        cuts = {name: sum(a[name] == t.ground_truth.strip() for a, t in zip(said, tasks)) / len(tasks)
+                for name in SHORTCUTS.get(fam, {})}
         out[fam] = {"tasks": len(tasks), "modal": answer, "modal_share": round(count / len(tasks), 3),
                     "shortcuts": {k: round(v, 3) for k, v in cuts.items()}, "best": round(max([count / len(tasks), *cuts.values()]), 3)}
         print(f"{fam:<24} most common answer {answer!r} {count / len(tasks):.1%}"

@@ -155,6 +155,12 @@ SHORTCUTS: dict[str, dict[str, Callable[[list[int]], int]]] = {
 }
 
 
+def shortcuts_of(task: Task) -> dict[str, str]:
+    """Shortcut name → the answer it gives to ``task`` (its family's ``SHORTCUTS``; empty for the others)."""
+    xs = operands(task.messages[0]["content"])
+    return {name: str(cut(xs)) for name, cut in SHORTCUTS.get(task.metadata.get("family", ""), {}).items()}
+
+
 # --------------------------------------------------------------------------- grading
 
 _INT = r"(?:\d{1,3}(?:,\d{3})+|\d+)"

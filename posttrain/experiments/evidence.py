@@ -182,7 +182,7 @@ def shortcut_answers(models: dict[str, dict[str, Any]], rl_dir: Path, split: str
     against each other checkpoint there, paired per task. Empty when the run trains no such family."""
     from dataclasses import asdict
 
-    from posttrain.envs.math_env import SHORTCUTS, operands
+    from posttrain.envs.math_env import SHORTCUTS, shortcuts_of
     from posttrain.eval.compare import paired_gain
 
     tasks = scored_tasks(rl_dir, "math", split, n_tasks)
@@ -193,7 +193,7 @@ def shortcut_answers(models: dict[str, dict[str, Any]], rl_dir: Path, split: str
         fam = {tid: t for tid, t in tasks.items() if t.metadata.get("family") == family}
         if not fam:
             continue
-        said = {tid: {name: str(cut(operands(t.messages[0]["content"]))) for name, cut in cuts.items()} for tid, t in fam.items()}
+        said = {tid: shortcuts_of(t) for tid, t in fam.items()}
         pays = {tid: {name for name, a in said[tid].items() if a == t.ground_truth.strip()} for tid, t in fam.items()}
         beyond = {tid for tid, p in pays.items() if not p}
         per: dict[str, Any] = {}

@@ -211,3 +211,8 @@ def test_shortcuts_read_the_generators_operands_and_pay_where_the_answer_coincid
     lcm, gcd = SHORTCUTS["lcm"], SHORTCUTS["gcd"]
     assert (lcm["product"]([4, 9]), lcm["larger number"]([4, 12]), gcd["always 1"]([8, 6]), gcd["smaller number"]([4, 12])) \
         == (36, 12, 1, 4)
+    from posttrain.envs.math_env import shortcuts_of
+
+    q = [{"role": "user", "content": "Find the LCM of these numbers: 4, 9\n\nAnswer: <answer>"}]
+    assert shortcuts_of(Task("t", "math", q, "36", metadata={"family": "lcm"})) == {"product": "36", "larger number": "9"}
+    assert shortcuts_of(Task("t", "math", q, "13", metadata={"family": "addition"})) == {}
