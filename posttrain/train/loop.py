@@ -212,7 +212,9 @@ def setup(cfg: StageConfig, lora: LoRAConfig | None = None, freeze_routers: bool
             print(f"[{run_dir.name}] resuming from {resume_from} (step {start}/{loop.steps})")
     log = None
     if main:  # drop the lines of steps that will be redone and any line torn by a full disk or a kill
-        truncate_metrics(run_dir, start if resume_from is not None else None)
+        aside = truncate_metrics(run_dir, start if resume_from is not None else None)
+        if aside is not None:
+            print(f"[{run_dir.name}] no checkpoint to resume from: an earlier run's metrics moved to {aside.name}")
         log = MetricsLogger(run_dir, loop.tensorboard, loop.wandb_project, cfg.model_dump(mode="json"))  # type: ignore[attr-defined]
     return Trainer(cfg, model, tok, device, opt, params, lambda: autocast(precision, device), monitor, log,
                    start, resume_from, state, decision, ranks, master)

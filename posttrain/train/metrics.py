@@ -93,21 +93,35 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     return _parse(p)
 
 
-def truncate_metrics(run_dir: str | Path, after_step: int | None) -> None:
-    """On resume, drop lines logged after the checkpoint we resume from (they will be redone), and
-    any torn line. ``after_step=None`` (a fresh start) only drops torn lines, so the next append
-    does not land on the end of a half-written one. Rewritten atomically (temp file + rename)."""
+def truncate_metrics(run_dir: str | Path, after_step: int | None) -> Path | None:
+    """Make ``metrics.jsonl`` fit the run about to start; returns where old lines were moved, if anywhere.
+
+    On resume (``after_step`` the checkpoint's step) drop the lines logged after it (they will be
+    redone) and any torn line, rewritten atomically (temp file + rename). On a fresh start
+    (``after_step=None``) lines already in the file belong to an earlier run in this directory whose
+    checkpoints are gone: appending to them would count those steps twice (the pipeline's
+    same-tokens control sums ``tokens`` over every line), so the whole file is moved aside to
+    ``metrics.previous-N.jsonl``, kept rather than deleted."""
     p = Path(run_dir) / "metrics.jsonl"
     if not p.exists():
-        return
+        return None
+    if after_step is None:
+        if not p.read_text(errors="replace").strip():
+            return None
+        n = 1
+        while (aside := p.with_name(f"metrics.previous-{n}.jsonl")).exists():
+            n += 1
+        os.replace(p, aside)
+        return aside
     rows = _parse(p)
-    keep = [r for r in rows if after_step is None or r.get("step", 0) <= after_step]
+    keep = [r for r in rows if r.get("step", 0) <= after_step]
     text = "".join(json.dumps(r) + "\n" for r in keep)
     if text == p.read_text(errors="replace"):
-        return
+        return None
     tmp = p.with_name(p.name + ".tmp")
     with open(tmp, "w") as f:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, p)
+    return None

@@ -156,6 +156,24 @@ def test_torn_metrics_line_is_dropped_with_a_warning_and_the_run_resumes(data_fi
     assert not metrics.with_name("metrics.jsonl.tmp").exists()
 
 
+def test_a_fresh_start_moves_an_earlier_runs_metrics_aside_instead_of_appending(data_file, tmp_path, capsys):
+    """A run directory whose checkpoints are gone starts over; its old step lines must not be counted
+    again (the pipeline's same-tokens control sums ``tokens`` over metrics.jsonl)."""
+    import shutil
+
+    cfg = _cfg(data_file, tmp_path / "run")
+    train_sft(cfg, progress=False, stop_after=2)
+    run = tmp_path / "run"
+    old = (run / "metrics.jsonl").read_text()
+    shutil.rmtree(run / "checkpoints")  # as a user (or a released stage) leaves it
+    capsys.readouterr()
+    train_sft(cfg, progress=False, stop_after=2)
+    assert "metrics.previous-1.jsonl" in capsys.readouterr().out
+    assert (run / "metrics.previous-1.jsonl").read_text() == old
+    steps = [r["step"] for r in read_metrics(run) if "loss" in r]
+    assert steps == [1, 2]  # once each, not [1, 2, 1, 2]
+
+
 def test_metrics_readers_skip_a_corrupt_line(tmp_path, capsys):
     from posttrain.train.metrics import MetricsLogger, truncate_metrics
 
