@@ -17,8 +17,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fresh", action="store_true", help="delete the run directory first instead of resuming")
     p.add_argument("--no-rlvr", action="store_true", help="skip the RLVR stage (and its after-RL measurement)")
     p.add_argument("--no-controls", action="store_true",
-                   help="skip the two equal-compute SFT controls of the RLVR stage (SFT continued for its time and for "
-                        "its trained tokens, scored beside RL on the test table): the report then has no RL − control")
+                   help="skip the RLVR stage's controls (SFT continued for its time and for its trained tokens, and "
+                        "rejection sampling on the same rollouts, scored beside RL on the test table): the report "
+                        "then has no RL − control")
     p.add_argument("--anchor-control", action="store_true",
                    help="also train the RLVR stage's SFT anchor alone (same rows, lr and steps, no reward) and "
                         "measure it on the same held-out sets: what in the stage's gain is the reward's")
@@ -54,11 +55,12 @@ def run(args: argparse.Namespace) -> int:
 
     overrides = ([f"{k}={v}" for k, v in QUICK.items()] if args.quick else []) + list(args.overrides)
     for flag, field in (("curation", "curation=true"), ("distill", "distill=true"), ("no_rlvr", "rlvr=false"),
+                        ("no_rlvr", "rft_arm=false"),
                         ("rlhf", "rlhf=true"), ("anchor_control", "anchor_control=true")):
         if getattr(args, flag, False):
             overrides.append(field)
     if getattr(args, "no_controls", False):
-        overrides += ["sft_arm=false", "tokens_arm=false"]
+        overrides += ["sft_arm=false", "tokens_arm=false", "rft_arm=false"]
     cfg = load_config(PipelineConfig, args.config, overrides)
     with run_lock.hold(Path(cfg.run_dir), "posttrain pipeline") as run_dir:
         if args.fresh:

@@ -10,9 +10,11 @@ Stages:
                   math environment's verifier, split by operand size;
 3. **sft**      — supervised fine-tuning (train/sft.py) on the generated set;
 4. **after**    — the same measurements on the fine-tuned checkpoint;
-5. **rlvr**     — GRPO (train/rl.py) from the SFT checkpoint on ``rl_mix``: by default ``arithmetic``
-                  alone, the train split of the very problems the held-out accuracy measures, asked
-                  in three wordings (``rl_phrasings``: the SFT data's and two it never used), with
+5. **rlvr**     — GRPO (train/rl.py) from the SFT checkpoint on ``rl_mix``: by default ``arithmetic``,
+                  the train split of the very problems the held-out accuracy measures asked in the
+                  two wordings the SFT data never uses (``rl_phrasings``), and ``instruction``
+                  (1-2 verifiable constraints, never demonstrated by the SFT rows): trial 11 of
+                  docs/results/rlvr_vs_sft.md, where the reward beat more SFT on both. With
                   the reasoning-on prompt and the token budget of the measurement, and **the SFT
                   anchor** (``rl_sft_anchor``: each step also trains on 8 SFT rows, PPO-ptx), without
                   which RL un-taught the plain problems while it taught the reworded ones.
@@ -20,7 +22,7 @@ Stages:
                   curriculum from a profile of the SFT checkpoint the stage writes first (its time
                   is the stage's, so the same-time control gets it too).
                   Validated greedily on ``rl_val_tasks`` held-out tasks per domain (per wording in
-                  the report) at the first and last step; measured on the held-out problems greedily
+                  the report) at the first and last step when asked (off by default); measured on the held-out problems greedily
                   and as *sampled* accuracy (``eval_samples`` answers per problem at its temperature).
                   What is RL's in the gain and what is the anchor's SFT rows, and the runs that led
                   here (arithmetic alone never moved; ``mcq`` learned to answer "C"), are in
@@ -29,7 +31,7 @@ Stages:
    **sft_arm**, **tokens_arm** — the two equal-compute controls (experiments/evidence.py, on unless
                   ``--no-controls``): SFT continued from the SFT checkpoint on the same data for the
                   RLVR stage's time, and for as many target tokens as it trained on;
-   **rft_arm** (``rft_arm: true``) — the rejection-sampling control: the RLVR stage again from the
+   **rft_arm** (on unless ``--quick`` or ``--no-controls``) — the rejection-sampling control: the RLVR stage again from the
                   SFT checkpoint, training on the samples the verifier passes (``algo.advantage: rft``);
    **test_<model>** — base (unless ``test_base=false``), SFT, RL and each control scored greedily on
                   the **test** split of the RLVR stage's environments (``rl_test_tasks`` each): the

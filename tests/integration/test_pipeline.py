@@ -31,7 +31,7 @@ TINY = {
     "model": "tiny-llama", "n_train": 16, "n_eval": 4, "n_val_rows": 4, "sft_steps": 2, "sft_batch_size": 4,
     "max_new_tokens": 8, "eval_batch_size": 4, "eval_samples": 2, "rl_steps": 2, "rl_val_tasks": 2, "rl_test_tasks": 2, "rl_mix_val_tasks": 2, "rl_train_tasks": 4,
     "specialist_steps": 1, "distill_steps": 1, "rl_mix": "{arithmetic: 1.0, mcq: 1.0, instruction: 1.0}", "rl_mix_train_tasks": 4,
-    "sft_instruction_rows": 4,
+    "sft_instruction_rows": 4, "rft_arm": False,  # on by default; the --quick switches test turns it on
     "rl_overrides": "[rollout.prompts_per_step=3, rollout.group_size=2, rollout.max_new_tokens=6, "
                     "algo.overlong_filter=false, optim.lr=1e-3]",
 }
@@ -318,4 +318,4 @@ def test_pipeline_pass_rate_curriculum_profiles_inside_the_rl_stage(tmp_path, ca
 def test_pipeline_refuses_a_profile_larger_than_a_pool():
     with pytest.raises(ValueError, match="rl_profile_tasks=300 is more than the training pool of instruction"):
         pipeline.PipelineConfig(rl_curriculum="gaussian", rl_profile_tasks=300,
-                                rl_mix={"arithmetic": 1.0, "instruction": 1.0})
+                                rl_mix={"arithmetic": 1.0, "instruction": 1.0}, rl_mix_train_tasks=200)

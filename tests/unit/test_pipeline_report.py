@@ -56,6 +56,32 @@ def test_anchor_control_needs_the_rlvr_stage_and_its_anchor():
             PipelineConfig(anchor_control=True, **bad)
 
 
+def test_the_rft_control_is_on_by_default_only_where_there_is_an_rlvr_stage():
+    from pydantic import ValidationError
+
+    from posttrain.configs.pipeline import QUICK, PipelineConfig
+
+    assert PipelineConfig().rft_arm and not PipelineConfig(**QUICK).rft_arm
+    assert not PipelineConfig(rlvr=False).rft_arm  # the default yields; nothing to repeat
+    with pytest.raises(ValidationError, match="rft_arm=false too, or use --no-rlvr"):
+        PipelineConfig(rlvr=False, rft_arm=True)  # asked for explicitly: refused before any work
+
+
+@pytest.mark.parametrize("flag, off", [("no_rlvr", {"rlvr", "rft_arm"}),
+                                       ("no_controls", {"sft_arm", "tokens_arm", "rft_arm"})])
+def test_no_rlvr_and_no_controls_turn_the_rft_control_off(flag, off, monkeypatch, tmp_path):
+    from posttrain.commands import pipeline as command
+
+    seen = {}
+    monkeypatch.setattr(command, "_run_or_say_where", lambda cfg, run_dir, args: seen.setdefault("cfg", cfg) and 0)
+    args = argparse.Namespace(quick=False, config=None, fresh=False, curation=False, distill=False, no_rlvr=False,
+                              rlhf=False, no_controls=False, anchor_control=False, overrides=[f"run_dir={tmp_path / 'r'}"])
+    setattr(args, flag, True)
+    command.run(args)
+    cfg = seen["cfg"]
+    assert {k for k in ("rlvr", "sft_arm", "tokens_arm", "rft_arm") if not getattr(cfg, k)} == off
+
+
 def test_resume_command_repeats_the_run_without_fresh():
     args = argparse.Namespace(quick=True, fresh=True, no_rlvr=False, no_controls=True, distill=False, rlhf=False,
                               anchor_control=True, curation=False, config="my recipe.yaml",
